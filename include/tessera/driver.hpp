@@ -1,0 +1,134 @@
+// The driver: the VMM primitives of one platform behind one small interface (layer 1).
+//
+// Contract, the same for every driver (the conformance suite in tests/driver checks each one):
+//   - Sizes of reservations and pages are positive multiples of granularity(); mapping addresses are
+//     granule-aligned and lie inside a live reservation.
+//   - map() maps one whole page at one address; unmap() removes exactly one earlier mapping, whole.
+//   - A page is released only when it has no mapping; a reservation only when nothing is mapped in it.
+//     (CUDA itself would defer the release to the last unmap; Tessera refuses instead, on every platform,
+//     so that no memory is ever held by a handle nobody owns.)
+//   - Every failure is a Result holding an Error with a category (Errc), the platform's code and a message.
+//     A failed call changes nothing: the driver stays usable.
+//   - A driver is not thread-safe. The allocator serializes the calls of one device.
+//
+// Platform differences are capabilities, never #ifdefs in callers.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "tessera/result.hpp"
+#include "tessera/types.hpp"
+
+namespace tessera {
+
+// Every kind of call, for counting, timing and fault injection.
+enum class DriverCall : std::uint8_t {
+  reserve,
+  release_reservation,
+  create_page,
+  release_page,
+  map,
+  set_access,
+  unmap,
+  create_event,
+  record_event,
+  query_event,
+  synchronize_event,
+  destroy_event,
+  synchronize_stream,
+  synchronize_device,
+  copy,  // write() and read(): data access, for tests and checks
+};
+
+inline constexpr std::size_t driver_call_count = static_cast<std::size_t>(DriverCall::copy) + 1;
+
+std::string_view to_string(DriverCall call) noexcept;
+
+// Per-kind counters (calls, failures, nanoseconds), used by the counting decorator and the sim driver.
+struct CallTally {
+  std::array<std::uint64_t, driver_call_count> calls{};
+  std::array<std::uint64_t, driver_call_count> failures{};
+  std::array<std::uint64_t, driver_call_count> nanoseconds{};
+
+  std::uint64_t calls_of(DriverCall call) const { return calls[static_cast<std::size_t>(call)]; }
+  std::uint64_t failures_of(DriverCall call) const { return failures[static_cast<std::size_t>(call)]; }
+  std::uint64_t nanoseconds_of(DriverCall call) const { return nanoseconds[static_cast<std::size_t>(call)]; }
+  std::uint64_t total_calls() const;
+  std::uint64_t total_nanoseconds() const;
+};
+
+struct DriverCapabilities {
+  bool needs_set_access = false;    // map() leaves the range inaccessible until set_access() (CUDA)
+  bool page_multi_mapping = false;  // one page may be mapped at several addresses at once (CUDA, host)
+  bool data_access = false;         // write()/read() reach real memory (host, CUDA, Ascend)
+  bool host_pointers = false;       // addresses are host pointers the CPU may dereference (host)
+  bool asynchronous = false;        // events may stay pending while the device works (CUDA, Ascend)
+};
+
+// What a driver holds right now; a leak check compares it with the state a test expects.
+struct DriverCensus {
+  std::size_t reservations = 0;
+  Bytes reserved_bytes = 0;
+  std::size_t pages = 0;
+  Bytes page_bytes = 0;
+  std::size_t mappings = 0;
+  Bytes mapped_bytes = 0;
+  std::size_t events = 0;
+
+  bool operator==(const DriverCensus&) const = default;
+};
+
+// Control over the streams of drivers whose work is simulated (host, sim): a held stream leaves every
+// event recorded on it pending until complete() (or a synchronize call) — how tests exercise the
+// allocator's event logic without a device.
+class StreamControl {
+ public:
+  virtual ~StreamControl() = default;
+  virtual void hold(StreamId stream) = 0;
+  virtual void complete(StreamId stream) = 0;
+};
+
+class Driver {
+ public:
+  virtual ~Driver() = default;
+
+  virtual std::string_view name() const noexcept = 0;
+  virtual const DriverCapabilities& capabilities() const noexcept = 0;
+  virtual Bytes granularity() const noexcept = 0;
+  // Physical bytes the device offers (or the configured limit).
+  virtual Bytes capacity() const noexcept = 0;
+  virtual DriverCensus census() const = 0;
+
+  // Virtual address space. alignment 0 means the granule; otherwise a power of two multiple of it.
+  virtual Result<Address> reserve(Bytes size, Bytes alignment = 0) = 0;
+  virtual Result<void> release_reservation(Address base) = 0;
+
+  // Physical pages.
+  virtual Result<PageId> create_page(Bytes size) = 0;
+  virtual Result<void> release_page(PageId page) = 0;
+
+  // Mappings.
+  virtual Result<void> map(Address at, PageId page) = 0;
+  virtual Result<void> set_access(Address at, Bytes size) = 0;  // every byte of the range must be mapped
+  virtual Result<void> unmap(Address at) = 0;                   // the mapping that starts at `at`
+
+  // Stream order: an event recorded on a stream completes when the work submitted before it is done.
+  virtual Result<EventId> create_event() = 0;
+  virtual Result<void> record_event(EventId event, StreamId stream) = 0;
+  virtual Result<bool> query_event(EventId event) = 0;  // true when complete
+  virtual Result<void> synchronize_event(EventId event) = 0;
+  virtual Result<void> destroy_event(EventId event) = 0;
+  virtual Result<void> synchronize_stream(StreamId stream) = 0;
+  virtual Result<void> synchronize_device() = 0;
+
+  // Data access through mapped, accessible memory (capability data_access).
+  virtual Result<void> write(Address at, const void* source, Bytes size) = 0;
+  virtual Result<void> read(Address at, void* destination, Bytes size) = 0;
+
+  // Present on drivers whose streams are simulated (host, sim); null otherwise.
+  virtual StreamControl* stream_control() noexcept { return nullptr; }
+};
+
+}  // namespace tessera

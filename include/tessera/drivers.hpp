@@ -1,0 +1,89 @@
+// The four drivers and how to make them. Each backend lives in one file of src/driver/.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/driver.hpp"
+
+namespace tessera {
+
+// host: real virtual memory on Linux. A memfd is the device's physical memory, a page is a range of it,
+// a reservation is a PROT_NONE mmap, map is a MAP_FIXED|MAP_SHARED mmap of the page's range. Data written
+// through a mapping survives unmapping and remapping elsewhere, exactly as on a GPU.
+struct HostDriverOptions {
+  Bytes capacity = 1 * GiB;
+  Bytes granularity = 2 * MiB;  // a power of two, at least the OS page size
+  // Behave like CUDA: a fresh mapping is inaccessible (PROT_NONE) until set_access().
+  bool require_set_access = false;
+  // The kernel's mapping limit to respect; 0 reads /proc/sys/vm/max_map_count. Tests set a lower one.
+  std::size_t max_map_count = 0;
+};
+
+Result<std::unique_ptr<Driver>> make_host_driver(const HostDriverOptions& options = {});
+
+// sim: no memory at all. Addresses are numbers, capacity is a number, every call is counted and charged
+// the modelled latency of its kind: fixed + per_granule * (granules in the call - 1).
+struct CallLatency {
+  double fixed_us = 0;
+  double per_extra_granule_us = 0;
+};
+
+struct LatencyModel {
+  std::array<CallLatency, driver_call_count> of{};
+
+  CallLatency& operator[](DriverCall call) { return of[static_cast<std::size_t>(call)]; }
+  const CallLatency& operator[](DriverCall call) const { return of[static_cast<std::size_t>(call)]; }
+
+  // Published A100 figures (design brief, from kvcached's VMM benchmark) plus documented assumptions for
+  // the calls it does not cover; see docs/drivers.md.
+  static LatencyModel a100();
+};
+
+struct SimDriverOptions {
+  Bytes capacity = 80 * GiB;
+  Bytes granularity = 2 * MiB;
+  LatencyModel latency = LatencyModel::a100();
+};
+
+// The sim driver's own counters: every call it executed and the modelled nanoseconds charged.
+class SimClock {
+ public:
+  virtual ~SimClock() = default;
+  virtual const CallTally& modelled() const noexcept = 0;
+  virtual void reset_modelled() noexcept = 0;
+};
+
+struct SimDriverHandle {
+  std::unique_ptr<Driver> driver;
+  SimClock* clock = nullptr;  // owned by driver
+};
+
+Result<SimDriverHandle> make_sim_driver(const SimDriverOptions& options = {});
+
+// cuda: the CUDA driver API, loaded at run time from libcuda.so.1. Builds and runs without CUDA; asking
+// for it on a machine without the library is an Errc::unavailable error that says so.
+struct CudaDriverOptions {
+  int device = 0;
+  std::string library = "libcuda.so.1";
+};
+
+Result<std::unique_ptr<Driver>> make_cuda_driver(const CudaDriverOptions& options = {});
+
+// ascend: the CANN ACL runtime, loaded at run time from libascendcl.so. Unverified on hardware: nothing
+// in this project has run it on an Ascend device (docs/drivers.md).
+struct AscendDriverOptions {
+  int device = 0;
+  std::string library = "libascendcl.so";
+};
+
+Result<std::unique_ptr<Driver>> make_ascend_driver(const AscendDriverOptions& options = {});
+
+// By name, with default options: "host", "sim", "cuda", "ascend". An unknown name is an
+// Errc::invalid_argument error that lists the known ones.
+Result<std::unique_ptr<Driver>> make_driver(std::string_view name);
+std::vector<std::string_view> driver_names();
+
+}  // namespace tessera

@@ -1,0 +1,303 @@
+// host: real virtual memory on Linux, the way ZGC runs its heap. A memfd is the device's physical memory;
+// a page is a range of it; a reservation is a PROT_NONE anonymous mmap; map is a MAP_FIXED|MAP_SHARED mmap
+// of the page's range into the reservation; unmap puts PROT_NONE anonymous memory back; releasing a page
+// punches a hole in the memfd so the kernel frees it. Because the data lives in the memfd, bytes written
+// through one mapping are there after the page is unmapped and mapped elsewhere — what every test uses to
+// prove that remapping never corrupts live data, without an accelerator.
+//
+// Kernel mappings: each mapping of a non-adjacent memfd range costs one or two entries against
+// vm.max_map_count (65530 by default); mappings of adjacent offsets at adjacent addresses merge into one.
+// Pages are therefore carved next-fit from the memfd, so that pages created one after another are
+// adjacent and merge when the allocator maps them side by side. Near the limit the driver counts the real
+// entries, and at the limit it refuses with Errc::map_limit naming the sysctl.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "driver/platform_driver.hpp"
+#include "driver/simulated_streams.hpp"
+#include "tessera/drivers.hpp"
+
+namespace tessera {
+
+namespace {
+
+using detail::PlatformHandle;
+
+constexpr int read_write = PROT_READ | PROT_WRITE;
+constexpr int anonymous_none = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
+void* to_pointer(Address address) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)); }
+Address to_address(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
+
+Error errno_error(Errc code, std::string_view call, int error_number, std::string detail = {}) {
+  return make_error(code,
+                    fmt::format("host driver: {} failed: {}{}", call, std::strerror(error_number),
+                                detail.empty() ? "" : "; " + detail),
+                    error_number);
+}
+
+std::size_t read_kernel_map_limit() {
+  std::ifstream limit("/proc/sys/vm/max_map_count");
+  std::size_t value = 0;
+  if (limit >> value) return value;
+  return 65530;  // the kernel's default, when /proc is not readable
+}
+
+std::size_t count_process_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t lines = 0;
+  std::string line;
+  while (std::getline(maps, line)) ++lines;
+  return lines;
+}
+
+// Ranges of the memfd not used by any page, carved next-fit.
+class MemfdSpace {
+ public:
+  explicit MemfdSpace(Bytes size) { free_.emplace(0, size); }
+
+  std::optional<Bytes> take(Bytes size) {
+    auto take_from = [&](std::map<Bytes, Bytes>::iterator range) {
+      const Bytes offset = range->first;
+      const Bytes length = range->second;
+      free_.erase(range);
+      if (length > size) free_.emplace(offset + size, length - size);
+      cursor_ = offset + size;
+      return offset;
+    };
+    // The range holding the cursor, then every range after it, then from the start.
+    auto start = free_.upper_bound(cursor_);
+    if (start != free_.begin()) {
+      auto holding = std::prev(start);
+      if (holding->first + holding->second > cursor_ && holding->first + holding->second - cursor_ >= size) {
+        // Split so that the page starts at the cursor, next to the page created before it.
+        const Bytes before = cursor_ - holding->first;
+        const Bytes offset = holding->first;
+        const Bytes length = holding->second;
+        free_.erase(holding);
+        if (before > 0) free_.emplace(offset, before);
+        auto rest = free_.emplace(cursor_, length - before).first;
+        return take_from(rest);
+      }
+    }
+    for (auto range = start; range != free_.end(); ++range) {
+      if (range->second >= size) return take_from(range);
+    }
+    for (auto range = free_.begin(); range != start; ++range) {
+      if (range->second >= size) return take_from(range);
+    }
+    return std::nullopt;
+  }
+
+  void give_back(Bytes offset, Bytes size) {
+    auto inserted = free_.emplace(offset, size).first;
+    auto next = std::next(inserted);
+    if (next != free_.end() && inserted->first + inserted->second == next->first) {
+      inserted->second += next->second;
+      free_.erase(next);
+    }
+    if (inserted != free_.begin()) {
+      auto previous = std::prev(inserted);
+      if (previous->first + previous->second == inserted->first) {
+        previous->second += inserted->second;
+        free_.erase(inserted);
+      }
+    }
+  }
+
+ private:
+  std::map<Bytes, Bytes> free_;  // offset -> length
+  Bytes cursor_ = 0;
+};
+
+class HostDriver final : public detail::PlatformDriver {
+ public:
+  HostDriver(const HostDriverOptions& options, int memfd, Bytes memfd_size)
+      : PlatformDriver("host",
+                       DriverCapabilities{.needs_set_access = options.require_set_access,
+                                          .page_multi_mapping = true,
+                                          .data_access = true,
+                                          .host_pointers = true,
+                                          .asynchronous = false},
+                       options.granularity, options.capacity),
+        memfd_(memfd),
+        space_(memfd_size),
+        map_limit_(options.max_map_count != 0 ? options.max_map_count : read_kernel_map_limit()),
+        mappings_at_start_(count_process_mappings()) {}
+
+  ~HostDriver() override {
+    // Whatever the caller leaked goes with the driver: the memfd and every range still mapped from it.
+    for (const auto& [address, mapping] : mappings()) munmap(to_pointer(address), mapping.size);
+    for (const auto& [base, size] : reservations()) munmap(to_pointer(base), size);
+    close(memfd_);
+  }
+
+  HostDriver(const HostDriver&) = delete;
+  HostDriver& operator=(const HostDriver&) = delete;
+
+  StreamControl* stream_control() noexcept override { return &streams_; }
+
+ protected:
+  Result<Address> platform_reserve(Bytes size, Bytes alignment) override {
+    void* raw = mmap(nullptr, size + alignment, PROT_NONE, anonymous_none, -1, 0);
+    if (raw == MAP_FAILED) {
+      return errno_error(Errc::out_of_memory, "mmap (reserve)", errno, "no virtual address space left");
+    }
+    const Address start = to_address(raw);
+    const Address base = align_up(start, alignment);
+    if (base > start) munmap(raw, base - start);
+    const Address end = start + size + alignment;
+    if (end > base + size) munmap(to_pointer(base + size), end - (base + size));
+    return base;
+  }
+
+  Result<void> platform_release_reservation(Address base, Bytes size) override {
+    if (munmap(to_pointer(base), size) != 0) return errno_error(Errc::platform, "munmap (release_reservation)", errno);
+    return {};
+  }
+
+  Result<PlatformHandle> platform_create_page(Bytes size) override {
+    auto offset = space_.take(size);
+    if (!offset) {
+      return make_error(Errc::out_of_memory,
+                        fmt::format("host driver: no contiguous range of {} bytes left in the memfd", size));
+    }
+    return PlatformHandle{*offset};
+  }
+
+  Result<void> platform_release_page(PlatformHandle offset, Bytes size) override {
+    if (fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                  static_cast<off_t>(size)) != 0) {
+      return errno_error(Errc::platform, "fallocate (release_page)", errno);
+    }
+    space_.give_back(offset, size);
+    return {};
+  }
+
+  Result<void> platform_map(Address at, PlatformHandle offset, Bytes size) override {
+    if (auto room = check_map_limit(); !room) return room;
+    const int protection = capabilities().needs_set_access ? PROT_NONE : read_write;
+    void* mapped = mmap(to_pointer(at), size, protection, MAP_SHARED | MAP_FIXED, memfd_, static_cast<off_t>(offset));
+    if (mapped == MAP_FAILED) {
+      const int error_number = errno;
+      // A failed MAP_FIXED may have removed what was there: put the reservation's PROT_NONE back.
+      mmap(to_pointer(at), size, PROT_NONE, anonymous_none | MAP_FIXED, -1, 0);
+      if (error_number == ENOMEM) return map_limit_error(count_process_mappings());
+      return errno_error(Errc::platform, "mmap (map)", error_number);
+    }
+    return {};
+  }
+
+  Result<void> platform_set_access(Address at, Bytes size) override {
+    if (mprotect(to_pointer(at), size, read_write) != 0) return errno_error(Errc::platform, "mprotect (set_access)", errno);
+    return {};
+  }
+
+  Result<void> platform_unmap(Address at, Bytes size) override {
+    if (mmap(to_pointer(at), size, PROT_NONE, anonymous_none | MAP_FIXED, -1, 0) == MAP_FAILED) {
+      const int error_number = errno;
+      if (error_number == ENOMEM) return map_limit_error(count_process_mappings());
+      return errno_error(Errc::platform, "mmap (unmap)", error_number);
+    }
+    return {};
+  }
+
+  Result<PlatformHandle> platform_create_event() override { return streams_.create_event(); }
+  Result<void> platform_record_event(PlatformHandle event, StreamId stream) override {
+    streams_.record(event, stream);
+    return {};
+  }
+  Result<bool> platform_query_event(PlatformHandle event) override { return streams_.query(event); }
+  Result<void> platform_synchronize_event(PlatformHandle event) override {
+    streams_.synchronize_event(event);
+    return {};
+  }
+  Result<void> platform_destroy_event(PlatformHandle event) override {
+    streams_.destroy_event(event);
+    return {};
+  }
+  Result<void> platform_synchronize_stream(StreamId stream) override {
+    streams_.synchronize_stream(stream);
+    return {};
+  }
+  Result<void> platform_synchronize_device() override {
+    streams_.synchronize_all();
+    return {};
+  }
+
+  Result<void> platform_write(Address at, const void* source, Bytes size) override {
+    std::memcpy(to_pointer(at), source, size);
+    return {};
+  }
+
+  Result<void> platform_read(Address at, void* destination, Bytes size) override {
+    std::memcpy(destination, to_pointer(at), size);
+    return {};
+  }
+
+ private:
+  // Cheap upper bound first (every mapping and reservation costing two entries); the real count only
+  // when that bound comes within 10% of the limit.
+  Result<void> check_map_limit() const {
+    const std::size_t bound = mappings_at_start_ + 2 * (mappings().size() + 1) + 2 * reservations().size();
+    if (bound * 10 < map_limit_ * 9) return {};
+    const std::size_t now = count_process_mappings();
+    if (now + 2 <= map_limit_) return {};
+    return map_limit_error(now);
+  }
+
+  Error map_limit_error(std::size_t now) const {
+    return make_error(Errc::map_limit,
+                      fmt::format("host driver: the kernel's mapping limit is reached ({} mappings, "
+                                  "vm.max_map_count = {}); raise it with `sysctl -w vm.max_map_count=N`, "
+                                  "or use a larger granule so that fewer pages are mapped",
+                                  now, map_limit_),
+                      ENOMEM);
+  }
+
+  int memfd_;
+  MemfdSpace space_;
+  detail::SimulatedStreams streams_;
+  std::size_t map_limit_;
+  std::size_t mappings_at_start_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Driver>> make_host_driver(const HostDriverOptions& options) {
+  const auto os_page = static_cast<Bytes>(sysconf(_SC_PAGESIZE));
+  if (!is_power_of_two(options.granularity) || options.granularity < os_page) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("host driver: granularity {} must be a power of two of at least the OS page "
+                                  "size {}",
+                                  options.granularity, os_page));
+  }
+  if (options.capacity == 0 || !is_aligned(options.capacity, options.granularity)) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("host driver: capacity {} must be a positive multiple of the granularity {}",
+                                  options.capacity, options.granularity));
+  }
+  const int memfd = memfd_create("tessera-host-device", MFD_CLOEXEC);
+  if (memfd < 0) return errno_error(Errc::unavailable, "memfd_create", errno);
+  // The memfd is sparse: only touched bytes cost memory. Twice the capacity leaves room for the next-fit
+  // carving never to fail for want of a contiguous range while the capacity check still passes.
+  const Bytes memfd_size = 2 * options.capacity;
+  if (ftruncate(memfd, static_cast<off_t>(memfd_size)) != 0) {
+    const int error_number = errno;
+    close(memfd);
+    return errno_error(Errc::unavailable, "ftruncate (memfd)", error_number);
+  }
+  return std::unique_ptr<Driver>(std::make_unique<HostDriver>(options, memfd, memfd_size));
+}
+
+}  // namespace tessera

@@ -1,0 +1,58 @@
+// Names of the driver vocabulary, for messages and reports.
+#include <fmt/format.h>
+
+#include <numeric>
+
+#include "tessera/driver.hpp"
+
+namespace tessera {
+
+std::string_view to_string(Errc code) noexcept {
+  switch (code) {
+    case Errc::out_of_memory: return "out_of_memory";
+    case Errc::invalid_argument: return "invalid_argument";
+    case Errc::not_found: return "not_found";
+    case Errc::not_mapped: return "not_mapped";
+    case Errc::already_mapped: return "already_mapped";
+    case Errc::still_mapped: return "still_mapped";
+    case Errc::map_limit: return "map_limit";
+    case Errc::unavailable: return "unavailable";
+    case Errc::unsupported: return "unsupported";
+    case Errc::platform: return "platform";
+  }
+  return "unknown";
+}
+
+std::string describe(const Error& error) {
+  if (error.platform_code == 0) return fmt::format("{}: {}", to_string(error.code), error.message);
+  return fmt::format("{}: {} (platform code {})", to_string(error.code), error.message, error.platform_code);
+}
+
+std::string_view to_string(DriverCall call) noexcept {
+  switch (call) {
+    case DriverCall::reserve: return "reserve";
+    case DriverCall::release_reservation: return "release_reservation";
+    case DriverCall::create_page: return "create_page";
+    case DriverCall::release_page: return "release_page";
+    case DriverCall::map: return "map";
+    case DriverCall::set_access: return "set_access";
+    case DriverCall::unmap: return "unmap";
+    case DriverCall::create_event: return "create_event";
+    case DriverCall::record_event: return "record_event";
+    case DriverCall::query_event: return "query_event";
+    case DriverCall::synchronize_event: return "synchronize_event";
+    case DriverCall::destroy_event: return "destroy_event";
+    case DriverCall::synchronize_stream: return "synchronize_stream";
+    case DriverCall::synchronize_device: return "synchronize_device";
+    case DriverCall::copy: return "copy";
+  }
+  return "unknown";
+}
+
+std::uint64_t CallTally::total_calls() const { return std::accumulate(calls.begin(), calls.end(), std::uint64_t{0}); }
+
+std::uint64_t CallTally::total_nanoseconds() const {
+  return std::accumulate(nanoseconds.begin(), nanoseconds.end(), std::uint64_t{0});
+}
+
+}  // namespace tessera

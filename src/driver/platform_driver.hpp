@@ -1,0 +1,103 @@
+// The shared half of every backend: argument checks and the ledger of what the driver holds, so that every
+// platform answers a broken contract with the same defined error before the platform is ever called.
+// Backends implement only the platform_* primitives, which receive validated arguments.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "tessera/driver.hpp"
+
+namespace tessera::detail {
+
+using PlatformHandle = std::uint64_t;  // CUmemGenericAllocationHandle, aclrtDrvMemHandle, memfd offset, ...
+
+struct PageRecord {
+  PlatformHandle handle = 0;
+  Bytes size = 0;
+  std::uint32_t mappings = 0;
+};
+
+struct MappingRecord {
+  PageId page{};
+  Bytes size = 0;
+  bool accessible = false;
+};
+
+class PlatformDriver : public Driver {
+ public:
+  std::string_view name() const noexcept final { return name_; }
+  const DriverCapabilities& capabilities() const noexcept final { return capabilities_; }
+  Bytes granularity() const noexcept final { return granularity_; }
+  Bytes capacity() const noexcept final { return capacity_; }
+  DriverCensus census() const final;
+
+  Result<Address> reserve(Bytes size, Bytes alignment = 0) final;
+  Result<void> release_reservation(Address base) final;
+  Result<PageId> create_page(Bytes size) final;
+  Result<void> release_page(PageId page) final;
+  Result<void> map(Address at, PageId page) final;
+  Result<void> set_access(Address at, Bytes size) final;
+  Result<void> unmap(Address at) final;
+  Result<EventId> create_event() final;
+  Result<void> record_event(EventId event, StreamId stream) final;
+  Result<bool> query_event(EventId event) final;
+  Result<void> synchronize_event(EventId event) final;
+  Result<void> destroy_event(EventId event) final;
+  Result<void> synchronize_stream(StreamId stream) final;
+  Result<void> synchronize_device() final;
+  Result<void> write(Address at, const void* source, Bytes size) final;
+  Result<void> read(Address at, void* destination, Bytes size) final;
+
+ protected:
+  PlatformDriver(std::string name, DriverCapabilities capabilities, Bytes granularity, Bytes capacity);
+
+  virtual Result<Address> platform_reserve(Bytes size, Bytes alignment) = 0;
+  virtual Result<void> platform_release_reservation(Address base, Bytes size) = 0;
+  virtual Result<PlatformHandle> platform_create_page(Bytes size) = 0;
+  virtual Result<void> platform_release_page(PlatformHandle handle, Bytes size) = 0;
+  virtual Result<void> platform_map(Address at, PlatformHandle handle, Bytes size) = 0;
+  virtual Result<void> platform_set_access(Address at, Bytes size) = 0;
+  virtual Result<void> platform_unmap(Address at, Bytes size) = 0;
+  virtual Result<PlatformHandle> platform_create_event() = 0;
+  virtual Result<void> platform_record_event(PlatformHandle event, StreamId stream) = 0;
+  virtual Result<bool> platform_query_event(PlatformHandle event) = 0;
+  virtual Result<void> platform_synchronize_event(PlatformHandle event) = 0;
+  virtual Result<void> platform_destroy_event(PlatformHandle event) = 0;
+  virtual Result<void> platform_synchronize_stream(StreamId stream) = 0;
+  virtual Result<void> platform_synchronize_device() = 0;
+  virtual Result<void> platform_write(Address at, const void* source, Bytes size);
+  virtual Result<void> platform_read(Address at, void* destination, Bytes size);
+
+  void set_capacity(Bytes capacity) noexcept { capacity_ = capacity; }
+  void set_granularity(Bytes granularity) noexcept { granularity_ = granularity; }
+
+  // The ledger, read-only, for backends that reason about neighbours (the host driver's mapping count).
+  const std::map<Address, MappingRecord>& mappings() const noexcept { return mappings_; }
+  const std::map<Address, Bytes>& reservations() const noexcept { return reservations_; }
+  const PageRecord* find_page(PageId page) const;
+
+ private:
+  Result<void> check_range_mapped(Address at, Bytes size, bool need_access, std::string_view what) const;
+  Result<PlatformHandle> event_handle(EventId event) const;
+  Error refuse(Errc code, std::string message) const;
+
+  std::string name_;
+  DriverCapabilities capabilities_;
+  Bytes granularity_;
+  Bytes capacity_;
+
+  std::map<Address, Bytes> reservations_;  // base -> size
+  std::unordered_map<std::uint64_t, PageRecord> pages_;
+  std::map<Address, MappingRecord> mappings_;  // address -> mapping
+  std::unordered_map<std::uint64_t, PlatformHandle> events_;
+  Bytes page_bytes_ = 0;
+  Bytes reserved_bytes_ = 0;
+  Bytes mapped_bytes_ = 0;
+  std::uint64_t next_page_ = 1;
+  std::uint64_t next_event_ = 1;
+};
+
+}  // namespace tessera::detail

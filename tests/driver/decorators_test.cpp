@@ -1,0 +1,142 @@
+// The decorators around any driver: counting, fault injection, a capacity limit.
+#include "driver_fixtures.hpp"
+#include "tessera/driver_decorators.hpp"
+
+namespace tessera::testing {
+namespace {
+
+struct Stack {
+  std::unique_ptr<CountingDriver> counting;
+  FaultInjectingDriver* faults = nullptr;
+};
+
+Stack counted_faulty_host() {
+  auto faults = std::make_unique<FaultInjectingDriver>(TESSERA_OK(make_host_driver({.capacity = 16 * MiB})));
+  FaultInjectingDriver* steer = faults.get();
+  return {std::make_unique<CountingDriver>(std::move(faults)), steer};
+}
+
+TEST(FaultInjection, AFailingMapIsATypedErrorAndTheDriverStaysUsable) {
+  auto [driver, faults] = counted_faulty_host();
+  const Address base = TESSERA_OK(driver->reserve(8 * MiB));
+  std::vector<PageId> pages;
+  for (int i = 0; i < 3; ++i) pages.push_back(TESSERA_OK(driver->create_page(2 * MiB)));
+
+  faults->fail(DriverCall::map, 2);
+  TESSERA_OK(driver->map(base, pages[0]));
+  auto failed = driver->map(base + 2 * MiB, pages[1]);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, Errc::platform);
+  EXPECT_NE(failed.error().message.find("injected failure of map"), std::string::npos) << failed.error().message;
+  EXPECT_EQ(driver->census().mappings, 1u) << "the failed map must leave no mapping";
+
+  // The same call succeeds now, and the data of the first mapping is intact.
+  TESSERA_OK(driver->map(base + 2 * MiB, pages[1]));
+  const unsigned char byte = 0x42;
+  TESSERA_OK(driver->write(base + 2 * MiB, &byte, 1));
+  unsigned char back = 0;
+  TESSERA_OK(driver->read(base + 2 * MiB, &back, 1));
+  EXPECT_EQ(back, byte);
+  EXPECT_EQ(faults->injected(DriverCall::map), 1u);
+  EXPECT_EQ(driver->tally().failures_of(DriverCall::map), 1u);
+  EXPECT_EQ(driver->tally().calls_of(DriverCall::map), 3u);
+
+  TESSERA_OK(driver->unmap(base));
+  TESSERA_OK(driver->unmap(base + 2 * MiB));
+  for (PageId page : pages) TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_reservation(base));
+  EXPECT_EQ(driver->census(), DriverCensus{});
+}
+
+TEST(FaultInjection, AFailingCreateFromTheNthOnIsOutOfMemoryUntilCleared) {
+  auto [driver, faults] = counted_faulty_host();
+  faults->fail(DriverCall::create_page, 2, FaultInjectingDriver::Repeat::from_then_on, Errc::out_of_memory);
+  const PageId first = TESSERA_OK(driver->create_page(2 * MiB));
+  for (int i = 0; i < 3; ++i) {
+    auto failed = driver->create_page(2 * MiB);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_EQ(failed.error().code, Errc::out_of_memory);
+  }
+  EXPECT_EQ(driver->census().pages, 1u);
+  faults->clear(DriverCall::create_page);
+  const PageId second = TESSERA_OK(driver->create_page(2 * MiB));
+  EXPECT_EQ(faults->injected(DriverCall::create_page), 3u);
+  TESSERA_OK(driver->release_page(first));
+  TESSERA_OK(driver->release_page(second));
+}
+
+TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
+  auto [driver, faults] = counted_faulty_host();
+  const Address base = TESSERA_OK(driver->reserve(2 * MiB));
+  const PageId page = TESSERA_OK(driver->create_page(2 * MiB));
+  TESSERA_OK(driver->map(base, page));
+  const EventId event = TESSERA_OK(driver->create_event());
+  unsigned char byte = 0;
+  const std::vector<std::pair<DriverCall, std::function<bool()>>> calls = {
+      {DriverCall::reserve, [&] { return driver->reserve(2 * MiB).ok(); }},
+      {DriverCall::release_reservation, [&] { return driver->release_reservation(base).ok(); }},
+      {DriverCall::create_page, [&] { return driver->create_page(2 * MiB).ok(); }},
+      {DriverCall::release_page, [&] { return driver->release_page(page).ok(); }},
+      {DriverCall::map, [&] { return driver->map(base, page).ok(); }},
+      {DriverCall::set_access, [&] { return driver->set_access(base, 2 * MiB).ok(); }},
+      {DriverCall::unmap, [&] { return driver->unmap(base).ok(); }},
+      {DriverCall::create_event, [&] { return driver->create_event().ok(); }},
+      {DriverCall::record_event, [&] { return driver->record_event(event, default_stream).ok(); }},
+      {DriverCall::query_event, [&] { return driver->query_event(event).ok(); }},
+      {DriverCall::synchronize_event, [&] { return driver->synchronize_event(event).ok(); }},
+      {DriverCall::destroy_event, [&] { return driver->destroy_event(event).ok(); }},
+      {DriverCall::synchronize_stream, [&] { return driver->synchronize_stream(default_stream).ok(); }},
+      {DriverCall::synchronize_device, [&] { return driver->synchronize_device().ok(); }},
+      {DriverCall::copy, [&] { return driver->read(base, &byte, 1).ok(); }},
+  };
+  ASSERT_EQ(calls.size(), driver_call_count);
+  const DriverCensus before = driver->census();
+  for (const auto& [kind, call] : calls) {
+    faults->fail(kind, 1);
+    EXPECT_FALSE(call()) << to_string(kind);
+    EXPECT_EQ(faults->injected(kind), 1u) << to_string(kind);
+    EXPECT_EQ(driver->census(), before) << to_string(kind) << " changed the driver while failing";
+  }
+  TESSERA_OK(driver->destroy_event(event));
+  TESSERA_OK(driver->unmap(base));
+  TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_reservation(base));
+}
+
+TEST(CountingDriver, CountsEveryCallByKindWithItsTime) {
+  CountingDriver driver(TESSERA_OK(make_host_driver({.capacity = 16 * MiB})));
+  const Address base = TESSERA_OK(driver.reserve(4 * MiB));
+  const PageId page = TESSERA_OK(driver.create_page(2 * MiB));
+  TESSERA_OK(driver.map(base, page));
+  EXPECT_FALSE(driver.unmap(base + 2 * MiB).ok());
+  TESSERA_OK(driver.unmap(base));
+  TESSERA_OK(driver.release_page(page));
+  TESSERA_OK(driver.release_reservation(base));
+  const CallTally& tally = driver.tally();
+  EXPECT_EQ(tally.calls_of(DriverCall::reserve), 1u);
+  EXPECT_EQ(tally.calls_of(DriverCall::map), 1u);
+  EXPECT_EQ(tally.calls_of(DriverCall::unmap), 2u);
+  EXPECT_EQ(tally.failures_of(DriverCall::unmap), 1u);
+  EXPECT_EQ(tally.total_calls(), 7u);
+  EXPECT_GT(tally.nanoseconds_of(DriverCall::map), 0u);
+  driver.reset();
+  EXPECT_EQ(driver.tally().total_calls(), 0u);
+}
+
+TEST(CapacityLimitDriver, LowersTheCapacityOfAnyDriver) {
+  auto sim = TESSERA_OK(make_sim_driver());
+  CapacityLimitDriver driver(std::move(sim.driver), 6 * MiB);
+  EXPECT_EQ(driver.capacity(), 6 * MiB);
+  const PageId first = TESSERA_OK(driver.create_page(4 * MiB));
+  auto over = driver.create_page(4 * MiB);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().code, Errc::out_of_memory);
+  EXPECT_NE(over.error().message.find("capacity limit"), std::string::npos);
+  const PageId second = TESSERA_OK(driver.create_page(2 * MiB));
+  TESSERA_OK(driver.release_page(first));
+  TESSERA_OK(driver.release_page(second));
+  EXPECT_EQ(driver.census(), DriverCensus{});
+}
+
+}  // namespace
+}  // namespace tessera::testing

@@ -1,0 +1,22 @@
+#include "driver_fixtures.hpp"
+
+namespace tessera::testing {
+
+std::vector<DriverFactory> available_drivers() {
+  std::vector<DriverFactory> drivers;
+  drivers.push_back({"host", [] { return make_host_driver({.capacity = test_capacity}); }});
+  drivers.push_back({"host_cuda_like", [] {
+                       return make_host_driver({.capacity = test_capacity, .require_set_access = true});
+                     }});
+  drivers.push_back({"sim", []() -> Result<std::unique_ptr<Driver>> {
+                       auto sim = make_sim_driver({.capacity = test_capacity});
+                       if (!sim) return std::move(sim).error();
+                       return std::move(sim->driver);
+                     }});
+  // The accelerator drivers join only where their platform answers; scripts/gpu-check.sh runs them.
+  if (make_cuda_driver()) drivers.push_back({"cuda", [] { return make_cuda_driver(); }});
+  if (make_ascend_driver()) drivers.push_back({"ascend", [] { return make_ascend_driver(); }});
+  return drivers;
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,84 @@
+// What only the sim driver promises: every call charged its modelled latency.
+#include "driver_fixtures.hpp"
+
+namespace tessera::testing {
+namespace {
+
+TEST(SimDriver, ChargesTheModelledLatencyOfEachCall) {
+  LatencyModel model;
+  model[DriverCall::create_page] = {100.0, 10.0};
+  model[DriverCall::map] = {2.0, 0.0};
+  model[DriverCall::unmap] = {3.0, 0.0};
+  auto sim = TESSERA_OK(make_sim_driver({.capacity = 64 * MiB, .latency = model}));
+  Driver& driver = *sim.driver;
+
+  const Address base = TESSERA_OK(driver.reserve(8 * MiB));
+  const PageId small = TESSERA_OK(driver.create_page(2 * MiB));
+  const PageId large = TESSERA_OK(driver.create_page(6 * MiB));  // two extra granules
+  TESSERA_OK(driver.map(base, small));
+  TESSERA_OK(driver.map(base + 2 * MiB, large));
+  TESSERA_OK(driver.unmap(base));
+
+  const CallTally& modelled = sim.clock->modelled();
+  EXPECT_EQ(modelled.calls_of(DriverCall::create_page), 2u);
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::create_page), 100'000u + 120'000u);
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::map), 4'000u);
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::unmap), 3'000u);
+  EXPECT_EQ(modelled.total_nanoseconds(), 227'000u);
+
+  // Calls refused by the contract never reach the platform and cost nothing.
+  ASSERT_FALSE(driver.unmap(base).ok());
+  EXPECT_EQ(modelled.calls_of(DriverCall::unmap), 1u);
+
+  sim.clock->reset_modelled();
+  EXPECT_EQ(sim.clock->modelled().total_calls(), 0u);
+  TESSERA_OK(driver.unmap(base + 2 * MiB));
+  TESSERA_OK(driver.release_page(small));
+  TESSERA_OK(driver.release_page(large));
+  TESSERA_OK(driver.release_reservation(base));
+}
+
+TEST(SimDriver, DefaultsAreThePublishedA100Figures) {
+  const LatencyModel model = LatencyModel::a100();
+  EXPECT_DOUBLE_EQ(model[DriverCall::create_page].fixed_us, 193.0);
+  EXPECT_DOUBLE_EQ(model[DriverCall::map].fixed_us, 1.45);
+  EXPECT_DOUBLE_EQ(model[DriverCall::set_access].fixed_us, 36.0);
+  EXPECT_DOUBLE_EQ(model[DriverCall::unmap].fixed_us, 25.6);
+  EXPECT_DOUBLE_EQ(model[DriverCall::reserve].fixed_us, 19.0);
+}
+
+TEST(SimDriver, ReplaysAnEightyGigabyteCardWithoutMemory) {
+  auto sim = TESSERA_OK(make_sim_driver());
+  EXPECT_EQ(sim.driver->capacity(), 80 * GiB);
+  std::vector<PageId> pages;
+  for (int i = 0; i < 39; ++i) pages.push_back(TESSERA_OK(sim.driver->create_page(2 * GiB)));
+  EXPECT_EQ(sim.driver->census().page_bytes, 78 * GiB);
+  auto over = sim.driver->create_page(4 * GiB);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().code, Errc::out_of_memory);
+  for (PageId page : pages) TESSERA_OK(sim.driver->release_page(page));
+}
+
+TEST(SimDriver, RejectsBadOptions) {
+  auto capacity = make_sim_driver({.capacity = 3 * MiB});
+  ASSERT_FALSE(capacity.ok());
+  EXPECT_NE(capacity.error().message.find("capacity"), std::string::npos);
+  LatencyModel negative;
+  negative[DriverCall::map].fixed_us = -1;
+  auto latency = make_sim_driver({.latency = negative});
+  ASSERT_FALSE(latency.ok());
+  EXPECT_NE(latency.error().message.find("latency"), std::string::npos);
+}
+
+TEST(MakeDriver, KnowsEveryDriverByNameAndNamesAnUnknownOne) {
+  EXPECT_EQ(TESSERA_OK(make_driver("sim"))->name(), "sim");
+  EXPECT_EQ(TESSERA_OK(make_driver("host"))->name(), "host");
+  auto unknown = make_driver("tpu");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().code, Errc::invalid_argument);
+  EXPECT_NE(unknown.error().message.find("'tpu'"), std::string::npos);
+  EXPECT_NE(unknown.error().message.find("host, sim, cuda, ascend"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::testing
