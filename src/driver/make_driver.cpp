@@ -21,8 +21,3 @@ Result<std::unique_ptr<Driver>> make_driver(std::string_view name) {
 }
 
 }  // namespace tessera
-// TEMPORARY
-namespace tessera {
-Result<std::unique_ptr<Driver>> make_cuda_driver(const CudaDriverOptions&) { return make_error(Errc::unavailable, "x"); }
-Result<std::unique_ptr<Driver>> make_ascend_driver(const AscendDriverOptions&) { return make_error(Errc::unavailable, "x"); }
-}

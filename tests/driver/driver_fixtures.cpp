@@ -13,6 +13,12 @@ std::vector<DriverFactory> available_drivers() {
                        if (!sim) return std::move(sim).error();
                        return std::move(sim->driver);
                      }});
+#ifdef TESSERA_FAKE_CUDA_LIBRARY
+  // The cuda driver's own code over a fake libcuda that serves the calls from host memory.
+  drivers.push_back({"cuda_fake", [] {
+                       return make_cuda_driver({.device = 0, .library = TESSERA_FAKE_CUDA_LIBRARY});
+                     }});
+#endif
   // The accelerator drivers join only where their platform answers; scripts/gpu-check.sh runs them.
   if (make_cuda_driver()) drivers.push_back({"cuda", [] { return make_cuda_driver(); }});
   if (make_ascend_driver()) drivers.push_back({"ascend", [] { return make_ascend_driver(); }});

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The checks that need an NVIDIA GPU, in one run of under 8 minutes: build Tessera, run the cuda driver
+# through the conformance suite, measure its per-call latency, and record the machine.
+#
+#   OUT=/some/dir scripts/gpu-check.sh      (default OUT: gpu-out)
+#
+# Writes under $OUT: environment.txt (nvidia-smi, compiler, cmake), one log per step, cuda-tests.xml,
+# cuda-latency.json and .txt, summary.txt. Exit status 0 when every step passed.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+OUT="${OUT:-gpu-out}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+BUILD=build-gpu
+DEADLINE=$((SECONDS + 450))  # 7.5 minutes for everything; each step gets what is left at most
+STATUS=0
+
+log() { echo "[gpu-check $(date +%T) +${SECONDS}s] $*" | tee -a "$OUT/gpu-check.log"; }
+
+# run_step NAME LIMIT COMMAND...: runs with a timeout, output to $OUT/NAME.log, result to summary.txt.
+run_step() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((DEADLINE - SECONDS))
+  if ((left < 15)); then
+    log "$name: skipped, out of time"
+    echo "$name skipped (out of time)" >>"$OUT/summary.txt"
+    return 1
+  fi
+  ((limit > left)) && limit=$left
+  log "$name (at most ${limit}s): $*"
+  local started=$SECONDS rc=0
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+  local verdict=passed
+  ((rc == 124 || rc == 137)) && verdict="timed out"
+  ((rc != 0 && rc != 124 && rc != 137)) && verdict="failed (exit $rc)"
+  echo "$name $verdict in $((SECONDS - started))s" >>"$OUT/summary.txt"
+  log "$name: $verdict"
+  return "$rc"
+}
+
+: >"$OUT/summary.txt"
+
+# 1. The machine.
+{
+  echo "== date"; date -u
+  echo "== uname"; uname -a
+  echo "== nvidia-smi"; nvidia-smi 2>&1 || echo "nvidia-smi failed"
+  echo "== nvidia-smi -q (memory, compute)"; nvidia-smi -q -d MEMORY,COMPUTE 2>&1 || true
+  echo "== libcuda"; ldconfig -p 2>/dev/null | grep -i libcuda || echo "libcuda not in the linker cache"
+  echo "== cuda.h"; ls -l /usr/local/cuda/include/cuda.h 2>&1 || true
+} >"$OUT/environment.txt" 2>&1
+log "machine recorded in environment.txt"
+
+# 2. Build tools: install what is missing if we can; a machine without network keeps what it has.
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v ninja >/dev/null || missing+=(ninja-build)
+command -v g++ >/dev/null || missing+=(g++)
+[[ -e /usr/include/gtest/gtest.h ]] || missing+=(libgtest-dev)
+[[ -e /usr/include/benchmark/benchmark.h ]] || missing+=(libbenchmark-dev)
+[[ -e /usr/include/fmt/format.h ]] || missing+=(libfmt-dev)
+[[ -e /usr/include/CLI/CLI.hpp ]] || missing+=(libcli11-dev)
+if ((${#missing[@]} > 0)); then
+  SUDO=()
+  if ((EUID != 0)); then
+    if sudo -n true 2>/dev/null; then SUDO=(sudo -n); else log "missing ${missing[*]} and not root: not installing"; fi
+  fi
+  if ((EUID == 0)) || ((${#SUDO[@]} > 0)); then
+    export DEBIAN_FRONTEND=noninteractive
+    run_step apt-update 60 "${SUDO[@]}" apt-get update || log "apt-get update failed (no network?)"
+    run_step apt-install 150 "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" ||
+      log "apt-get install failed; building with what is here"
+  fi
+fi
+{
+  echo "== g++"; g++ --version 2>&1 | head -1 || true
+  echo "== cmake"; cmake --version 2>&1 | head -1 || true
+  echo "== ninja"; ninja --version 2>&1 || true
+} >>"$OUT/environment.txt" 2>&1
+
+# 3. Configure and build only what the checks run. Benchmarks are left out to stay inside the time.
+generator=(-G Ninja)
+command -v ninja >/dev/null || generator=()
+if run_step configure 90 cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DTESSERA_BUILD_BENCHMARKS=OFF &&
+  run_step build 300 cmake --build "$BUILD" --parallel "$(nproc)" --target tessera_tests tessera-driver-latency; then
+  # 4. The cuda driver in the conformance suite (its "cuda" parameter exists only when the driver comes
+  # up) and in the tests of the unavailable-platform file.
+  run_step cuda-tests 150 "$BUILD/tests/tessera_tests" --gtest_filter='*cuda*:*Cuda*' \
+    --gtest_output="xml:$OUT/cuda-tests.xml" || STATUS=1
+  if ! grep -qE '/cuda \(' "$OUT/cuda-tests.log" 2>/dev/null; then  # ".../cuda (12 ms)", not ".../cuda_fake (12 ms)"
+    log "no conformance test ran with the cuda parameter: the cuda driver did not come up (see cuda-latency.log)"
+    echo "cuda-conformance missing (the cuda driver did not come up)" >>"$OUT/summary.txt"
+    STATUS=1
+  fi
+  # 5. Per-call latency of the cuda driver: the numbers the sim driver's model should use.
+  run_step cuda-latency 120 "$BUILD/tools/tessera-driver-latency" --driver cuda --sizes 2MiB,20MiB \
+    --iterations 200 --json "$OUT/cuda-latency.json" || STATUS=1
+  [[ -f "$OUT/cuda-latency.log" ]] && cp "$OUT/cuda-latency.log" "$OUT/cuda-latency.txt"
+else
+  STATUS=1
+fi
+
+# What comes back first: the summary and the ends of the logs that matter.
+echo "== summary"; cat "$OUT/summary.txt"
+for name in configure build cuda-tests cuda-latency; do
+  [[ -f "$OUT/$name.log" ]] || continue
+  echo "== $name.log (tail)"
+  tail -n 25 "$OUT/$name.log"
+done
+log "done, status $STATUS, outputs in $OUT"
+exit "$STATUS"
