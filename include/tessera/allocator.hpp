@@ -1,0 +1,108 @@
+// Tessera's allocator: a caching allocator that owns the mapping between virtual addresses and physical
+// pages. It reserves virtual space once per (stream, pool), maps granule pages under blocks as they are
+// needed, and when a request fits no cached block it builds the block from pooled pages, then from new
+// pages, then from the pages of idle cached blocks anywhere (stitching) — so the memory it holds stays
+// close to the bytes that are live. docs/allocator.md walks one allocation through every layer.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/allocator_observer.hpp"
+#include "tessera/device_allocator.hpp"
+#include "tessera/driver.hpp"
+
+namespace tessera {
+
+// Configuration, from a string in PyTorch's `key:value,key:value` form (TESSERA_ALLOC_CONF). PyTorch's keys
+// keep PyTorch's meaning; the others are Tessera's. docs/allocator.md lists them with their defaults.
+// There is no max_split_size_mb: it protects large cached blocks from small requests, and Tessera keeps
+// small requests in their own pool and can take any idle page back, so the problem it works around is gone.
+struct AllocatorConfig {
+  // PyTorch: when the memory held passes this fraction of capacity, idle pages go back, oldest first.
+  // 0: off.
+  double garbage_collection_threshold = 0.0;
+  // PyTorch: round sizes up to one of N divisions of their power-of-two interval. 0: plain 512 B rounding.
+  unsigned roundup_power2_divisions = 0;
+  // Tessera: requests of at most this many bytes go to the small pool.
+  Bytes small_max = 1 * MiB;
+  // Tessera: when the device is full, take the pages of idle cached blocks (after proving them idle).
+  bool reclaim = true;
+  // Tessera: virtual space reserved per (stream, pool), as a multiple of the device capacity.
+  unsigned virtual_factor = 2;
+
+  bool operator==(const AllocatorConfig&) const = default;
+};
+
+// Parses `key:value,key:value`. An unknown key, a repeated key, or a bad or out-of-range value is an
+// Errc::invalid_argument error that names the key.
+Result<AllocatorConfig> parse_allocator_config(std::string_view text);
+// Reads TESSERA_ALLOC_CONF (defaults when unset).
+Result<AllocatorConfig> allocator_config_from_environment();
+
+struct OptionDescription {
+  std::string_view key;
+  std::string_view default_value;
+  std::string_view meaning;
+};
+const std::vector<OptionDescription>& allocator_options();
+
+// Segments and blocks as PyTorch's snapshot names them: a segment is one reserved virtual region of a
+// (stream, pool); its blocks tile it.
+struct SnapshotBlock {
+  Address address = 0;
+  Bytes size = 0;
+  Bytes requested = 0;
+  enum class State : std::uint8_t { active_allocated, active_pending_free, inactive } state = State::inactive;
+  Bytes mapped_bytes = 0;  // how much of the block has physical pages under it
+};
+
+struct SnapshotSegment {
+  Address address = 0;
+  Bytes total_size = 0;  // virtual size of the region
+  Bytes mapped_size = 0;
+  StreamId stream{};
+  MemoryPool pool = MemoryPool::large;
+  std::vector<SnapshotBlock> blocks;
+};
+
+struct AllocatorSnapshot {
+  std::vector<SnapshotSegment> segments;
+  Bytes pooled_bytes = 0;  // pages held unmapped, ready for reuse
+};
+
+// Tessera's own statistics beside PyTorch's.
+struct TesseraStats {
+  AllocatorStats common;
+  Bytes mapped_bytes = 0;
+  Bytes pooled_bytes = 0;
+  Bytes cached_bytes = 0;  // mapped under no live block
+  std::uint64_t pages_mapped = 0;
+  std::uint64_t pages_unmapped = 0;
+  std::uint64_t stitches = 0;
+  std::uint64_t pages_stitched = 0;
+  std::uint64_t pages_reclaimed = 0;
+  std::uint64_t syncs = 0;
+};
+
+class TesseraAllocator : public DeviceAllocator {
+ public:
+  virtual TesseraStats tessera_stats() const = 0;
+  virtual AllocatorSnapshot snapshot() const = 0;
+  virtual const AllocatorConfig& config() const noexcept = 0;
+  // Lower the memory this allocator may hold to a fraction of the device capacity (PyTorch's
+  // set_per_process_memory_fraction). Must be in (0, 1].
+  virtual Result<void> set_memory_fraction(double fraction) = 0;
+  // Every observer sees every change from now on; the allocator does not own it.
+  virtual void add_observer(AllocatorObserver& observer) = 0;
+  // Checks every invariant from scratch; a description of the first broken one.
+  virtual std::optional<std::string> check() const = 0;
+};
+
+// The allocator does not own the driver; one allocator per device. Thread-safe.
+Result<std::unique_ptr<TesseraAllocator>> make_tessera_allocator(Driver& driver, const AllocatorConfig& config = {});
+
+}  // namespace tessera

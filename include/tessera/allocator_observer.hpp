@@ -1,0 +1,41 @@
+// One observer receives every change the allocator makes, so that statistics, the allocation history and
+// tracing are computed in one place each instead of inline at every mutation.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/types.hpp"
+
+namespace tessera {
+
+enum class MemoryPool : std::uint8_t { small, large };
+
+struct BlockEvent {
+  Address address = 0;
+  Bytes size = 0;       // rounded size the block occupies
+  Bytes requested = 0;  // what the caller asked for
+  StreamId stream{};
+  MemoryPool pool = MemoryPool::large;
+};
+
+class AllocatorObserver {
+ public:
+  virtual ~AllocatorObserver() = default;
+
+  virtual void block_allocated(const BlockEvent&) {}
+  virtual void block_freed(const BlockEvent&) {}  // the caller's free; reuse may wait for events
+  virtual void pages_created(std::uint64_t /*count*/, Bytes /*bytes*/) {}
+  virtual void pages_released(std::uint64_t /*count*/, Bytes /*bytes*/) {}
+  virtual void pages_mapped(std::uint64_t /*count*/, Bytes /*bytes*/) {}
+  virtual void pages_unmapped(std::uint64_t /*count*/, Bytes /*bytes*/) {}
+  // A block built from pages taken from other free blocks: `pages` of them moved.
+  virtual void stitched(std::uint64_t /*pages*/) {}
+  // Pages taken back from idle cached blocks (into the pool or to the device).
+  virtual void reclaimed(std::uint64_t /*pages*/) {}
+  // A wait on a stream (or the whole device) to prove memory idle before its pages are unmapped.
+  virtual void synchronized(bool /*whole_device*/) {}
+  virtual void alloc_retried() {}
+  virtual void out_of_memory(Bytes /*requested*/) {}
+};
+
+}  // namespace tessera

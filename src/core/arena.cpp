@@ -1,0 +1,113 @@
+#include "core/arena.hpp"
+
+#include <cassert>
+
+namespace tessera::core {
+
+Block* Arena::new_block() {
+  if (!spare_.empty()) {
+    Block* block = spare_.back();
+    spare_.pop_back();
+    *block = Block{};
+    return block;
+  }
+  return &storage_.emplace_back();
+}
+
+void Arena::recycle(Block* block) { spare_.push_back(block); }
+
+void Arena::add_region(Address base, Bytes span) {
+  Region region;
+  region.base = base;
+  region.span = span;
+  region.pages.assign(span / granule_, PageId{0});
+  Block* block = new_block();
+  block->address = base;
+  block->size = span;
+  block->region = static_cast<std::uint32_t>(regions_.size());
+  region.first_block = block;
+  regions_.push_back(std::move(region));
+  free_.insert(block);
+}
+
+Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {
+  assert(!free_block->live && !free_block->pending && free_block->size >= size);
+  free_.erase(free_block);
+  if (free_block->size > size) {
+    Block* rest = new_block();
+    rest->address = free_block->address + size;
+    rest->size = free_block->size - size;
+    rest->region = free_block->region;
+    rest->freed_at = free_block->freed_at;
+    rest->previous = free_block;
+    rest->next = free_block->next;
+    if (rest->next != nullptr) rest->next->previous = rest;
+    free_block->next = rest;
+    free_block->size = size;
+    free_.insert(rest);
+  }
+  free_block->live = true;
+  free_block->requested = requested;
+  return free_block;
+}
+
+void Arena::mark_pending(Block* block) {
+  block->live = false;
+  block->pending = true;
+}
+
+Block* Arena::give_back(Block* block, std::uint64_t clock) {
+  block->live = false;
+  block->pending = false;
+  block->requested = 0;
+  block->freed_at = clock;
+  if (Block* before = block->previous; before != nullptr && !before->live && !before->pending) {
+    free_.erase(before);
+    before->size += block->size;
+    before->next = block->next;
+    if (block->next != nullptr) block->next->previous = before;
+    before->freed_at = std::max(before->freed_at, block->freed_at);
+    recycle(block);
+    block = before;
+  }
+  if (Block* after = block->next; after != nullptr && !after->live && !after->pending) {
+    free_.erase(after);
+    block->size += after->size;
+    block->next = after->next;
+    if (after->next != nullptr) after->next->previous = block;
+    block->freed_at = std::max(block->freed_at, after->freed_at);
+    recycle(after);
+  }
+  free_.insert(block);
+  return block;
+}
+
+SlotRange Arena::touched_slots(const Block& block) const {
+  const Region& region = regions_[block.region];
+  const std::size_t first = (block.address - region.base) / granule_;
+  const std::size_t last = (block.end() - 1 - region.base) / granule_;
+  return {first, last - first + 1};
+}
+
+SlotRange Arena::inner_slots(const Block& block) const {
+  const Region& region = regions_[block.region];
+  const std::size_t first = (block.address - region.base + granule_ - 1) / granule_;
+  const std::size_t end = (block.end() - region.base) / granule_;
+  return end > first ? SlotRange{first, end - first} : SlotRange{};
+}
+
+void Arena::set_page(Region& region, std::size_t slot, PageId page) {
+  assert(!region.is_mapped(slot));
+  region.pages[slot] = page;
+  region.mapped += 1;
+}
+
+PageId Arena::clear_page(Region& region, std::size_t slot) {
+  const PageId page = region.pages[slot];
+  assert(page != PageId{0});
+  region.pages[slot] = PageId{0};
+  region.mapped -= 1;
+  return page;
+}
+
+}  // namespace tessera::core

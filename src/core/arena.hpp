@@ -1,0 +1,84 @@
+// Bookkeeping (layer 2) for one (stream, pool): the virtual regions reserved for it, the blocks that tile
+// them, and the page table — which page is mapped at which granule slot. Pure host code: the allocator
+// makes the driver calls and tells the arena what it did.
+//
+// Invariant: every slot that a live block touches has a page mapped. Free blocks may sit over mapped
+// slots (cached memory, reused with no driver call) or unmapped ones. A slot lying wholly inside a free
+// block is idle: its page can be taken back without touching live data.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "core/block.hpp"
+#include "core/free_index.hpp"
+#include "tessera/allocator_observer.hpp"
+#include "tessera/driver.hpp"
+
+namespace tessera::core {
+
+struct SlotRange {
+  std::size_t first = 0;
+  std::size_t count = 0;  // 0: empty
+};
+
+struct Region {
+  Address base = 0;
+  Bytes span = 0;
+  std::vector<PageId> pages;  // one per granule slot; PageId{0} where nothing is mapped
+  std::size_t mapped = 0;
+  Block* first_block = nullptr;
+
+  bool is_mapped(std::size_t slot) const noexcept { return pages[slot] != PageId{0}; }
+  Address slot_address(std::size_t slot, Bytes granule) const noexcept { return base + slot * granule; }
+};
+
+class Arena {
+ public:
+  Arena(StreamId stream, MemoryPool pool, Bytes granule) : stream_(stream), pool_(pool), granule_(granule) {}
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  StreamId stream() const noexcept { return stream_; }
+  MemoryPool pool() const noexcept { return pool_; }
+  Bytes granule() const noexcept { return granule_; }
+  const std::vector<Region>& regions() const noexcept { return regions_; }
+  Region& region(std::uint32_t index) { return regions_[index]; }
+  Region& region_of(const Block& block) { return regions_[block.region]; }
+  const Region& region_of(const Block& block) const { return regions_[block.region]; }
+  const FreeIndex& free_blocks() const noexcept { return free_; }
+
+  // A newly reserved range becomes one free block.
+  void add_region(Address base, Bytes span);
+
+  Block* best_fit(Bytes size) const { return free_.best_fit(size); }
+
+  // Carves `size` bytes from the low end of a free block; the rest stays free. The block returned is live.
+  Block* take(Block* free_block, Bytes size, Bytes requested);
+  // Makes a live or pending block free again and merges it with its free neighbours.
+  Block* give_back(Block* block, std::uint64_t clock);
+  // A freed block that must wait for events: neither live nor reusable.
+  void mark_pending(Block* block);
+
+  // Slots a block touches, and slots wholly inside it (its idle slots when it is free).
+  SlotRange touched_slots(const Block& block) const;
+  SlotRange inner_slots(const Block& block) const;
+
+  void set_page(Region& region, std::size_t slot, PageId page);
+  PageId clear_page(Region& region, std::size_t slot);
+
+ private:
+  Block* new_block();
+  void recycle(Block* block);
+
+  StreamId stream_;
+  MemoryPool pool_;
+  Bytes granule_;
+  std::vector<Region> regions_;
+  FreeIndex free_;
+  std::deque<Block> storage_;
+  std::vector<Block*> spare_;
+};
+
+}  // namespace tessera::core

@@ -1,0 +1,63 @@
+// Statistics in PyTorch's vocabulary plus Tessera's own, computed from the observer's events only.
+#pragma once
+
+#include <algorithm>
+
+#include "tessera/allocator.hpp"
+
+namespace tessera::core {
+
+class StatsObserver final : public AllocatorObserver {
+ public:
+  void block_allocated(const BlockEvent& block) override {
+    AllocatorStats& common = stats_.common;
+    common.requested_bytes += block.requested;
+    common.allocated_bytes += block.size;
+    common.peak_requested_bytes = std::max(common.peak_requested_bytes, common.requested_bytes);
+    common.peak_allocated_bytes = std::max(common.peak_allocated_bytes, common.allocated_bytes);
+  }
+  void block_freed(const BlockEvent& block) override {
+    stats_.common.requested_bytes -= block.requested;
+    stats_.common.allocated_bytes -= block.size;
+  }
+  void pages_created(std::uint64_t count, Bytes bytes) override {
+    AllocatorStats& common = stats_.common;
+    common.num_device_alloc += count;
+    common.reserved_bytes += bytes;
+    stats_.pooled_bytes += bytes;
+    common.peak_reserved_bytes = std::max(common.peak_reserved_bytes, common.reserved_bytes);
+  }
+  void pages_released(std::uint64_t count, Bytes bytes) override {
+    stats_.common.num_device_free += count;
+    stats_.common.reserved_bytes -= bytes;
+    stats_.pooled_bytes -= bytes;
+  }
+  void pages_mapped(std::uint64_t count, Bytes bytes) override {
+    stats_.pages_mapped += count;
+    stats_.mapped_bytes += bytes;
+    stats_.pooled_bytes -= bytes;
+  }
+  void pages_unmapped(std::uint64_t count, Bytes bytes) override {
+    stats_.pages_unmapped += count;
+    stats_.mapped_bytes -= bytes;
+    stats_.pooled_bytes += bytes;
+  }
+  void stitched(std::uint64_t pages) override {
+    stats_.stitches += 1;
+    stats_.pages_stitched += pages;
+  }
+  void reclaimed(std::uint64_t pages) override { stats_.pages_reclaimed += pages; }
+  void synchronized(bool whole_device) override {
+    stats_.syncs += 1;
+    if (whole_device) stats_.common.num_sync_all_streams += 1;
+  }
+  void alloc_retried() override { stats_.common.num_alloc_retries += 1; }
+  void out_of_memory(Bytes) override { stats_.common.num_ooms += 1; }
+
+  const TesseraStats& stats() const noexcept { return stats_; }
+
+ private:
+  TesseraStats stats_;
+};
+
+}  // namespace tessera::core

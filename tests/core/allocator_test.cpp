@@ -1,0 +1,338 @@
+// The allocator's policy, one named piece at a time, on the host driver (real memory) with small granules.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "tessera/allocator.hpp"
+#include "tessera/driver_decorators.hpp"
+#include "tessera/drivers.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr Bytes granule = 64 * KiB;
+
+template <class T>
+T must(Result<T> result) {
+  if (!result) throw std::runtime_error(describe(result.error()));
+  return std::move(result).value();
+}
+void must(Result<void> result) {
+  if (!result) throw std::runtime_error(describe(result.error()));
+}
+
+// host driver → fault injector → counter → allocator.
+class AllocatorTest : public ::testing::Test {
+ protected:
+  void make(Bytes capacity, AllocatorConfig config = {}) {
+    auto faults = std::make_unique<FaultInjectingDriver>(
+        must(make_host_driver({.capacity = capacity, .granularity = granule})));
+    faults_ = faults.get();
+    driver_ = std::make_unique<CountingDriver>(std::move(faults));
+    allocator_ = must(make_tessera_allocator(*driver_, config));
+  }
+
+  void TearDown() override {
+    if (allocator_) {
+      EXPECT_EQ(allocator_->check(), std::nullopt);
+      EXPECT_EQ(driver_->census().page_bytes, allocator_->stats().reserved_bytes)
+          << "the driver holds pages the allocator does not know";
+    }
+  }
+
+  void fill(Address at, Bytes size, unsigned char seed) {
+    std::vector<unsigned char> bytes(size);
+    for (Bytes i = 0; i < size; ++i) bytes[i] = static_cast<unsigned char>(seed + i * 31);
+    must(driver_->write(at, bytes.data(), size));
+  }
+
+  bool holds(Address at, Bytes size, unsigned char seed) {
+    std::vector<unsigned char> bytes(size);
+    must(driver_->read(at, bytes.data(), size));
+    for (Bytes i = 0; i < size; ++i) {
+      if (bytes[i] != static_cast<unsigned char>(seed + i * 31)) return false;
+    }
+    return true;
+  }
+
+  FaultInjectingDriver* faults_ = nullptr;
+  std::unique_ptr<CountingDriver> driver_;
+  std::unique_ptr<TesseraAllocator> allocator_;
+};
+
+TEST_F(AllocatorTest, RoundsTo512BytesAndCountsRequestedAndAllocated) {
+  make(4 * MiB);
+  const Address a = must(allocator_->allocate(1, default_stream));
+  const Address b = must(allocator_->allocate(513, default_stream));
+  EXPECT_NE(a, b);
+  const AllocatorStats stats = allocator_->stats();
+  EXPECT_EQ(stats.requested_bytes, 514u);
+  EXPECT_EQ(stats.allocated_bytes, 512u + 1024u);
+  EXPECT_EQ(stats.reserved_bytes, granule) << "both fit in one small-pool page";
+  must(allocator_->deallocate(a));
+  must(allocator_->deallocate(b));
+  EXPECT_EQ(allocator_->stats().allocated_bytes, 0u);
+  EXPECT_EQ(allocator_->stats().peak_allocated_bytes, 1536u);
+}
+
+TEST_F(AllocatorTest, PowerOfTwoDivisionsRoundLikePyTorch) {
+  make(64 * MiB, must(parse_allocator_config("roundup_power2_divisions:4")));
+  // 1100 KiB lies between 1 MiB and 2 MiB, whose quarters are 256 KiB: it rounds up to 1280 KiB.
+  const Address block = must(allocator_->allocate(1100 * KiB, default_stream));
+  EXPECT_EQ(allocator_->stats().allocated_bytes, 1280 * KiB);
+  must(allocator_->deallocate(block));
+}
+
+TEST_F(AllocatorTest, AFreedBlockIsReusedAtOnceWithNoDriverCall) {
+  make(16 * MiB);
+  const Address first = must(allocator_->allocate(3 * granule, default_stream));
+  must(allocator_->deallocate(first));
+  const std::uint64_t calls = driver_->tally().total_calls();
+  const Address second = must(allocator_->allocate(3 * granule, default_stream));
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(driver_->tally().total_calls(), calls) << "cached memory needs no driver call";
+  must(allocator_->deallocate(second));
+}
+
+TEST_F(AllocatorTest, SmallAndLargeRequestsLiveInSeparatePools) {
+  make(16 * MiB, must(parse_allocator_config("small_max_kb:64")));
+  const Address small = must(allocator_->allocate(4 * KiB, default_stream));
+  const Address large = must(allocator_->allocate(256 * KiB, default_stream));
+  const AllocatorSnapshot snapshot = allocator_->snapshot();
+  ASSERT_EQ(snapshot.segments.size(), 2u);
+  for (const SnapshotSegment& segment : snapshot.segments) {
+    const Address expected = segment.pool == MemoryPool::small ? small : large;
+    EXPECT_EQ(segment.blocks.front().address, expected);
+    EXPECT_EQ(segment.blocks.front().state, SnapshotBlock::State::active_allocated);
+  }
+  must(allocator_->deallocate(small));
+  must(allocator_->deallocate(large));
+}
+
+TEST_F(AllocatorTest, FreeNeighboursMerge) {
+  make(16 * MiB);
+  const Address a = must(allocator_->allocate(2 * granule, default_stream));
+  const Address b = must(allocator_->allocate(2 * granule, default_stream));
+  const Address c = must(allocator_->allocate(2 * granule, default_stream));
+  ASSERT_EQ(b, a + 2 * granule);
+  must(allocator_->deallocate(a));
+  must(allocator_->deallocate(b));
+  const AllocatorSnapshot snapshot = allocator_->snapshot();
+  const auto& blocks = snapshot.segments.at(0).blocks;
+  ASSERT_GE(blocks.size(), 2u);
+  EXPECT_EQ(blocks[0].address, a);
+  EXPECT_EQ(blocks[0].size, 4 * granule) << "a and b merged";
+  EXPECT_EQ(blocks[0].state, SnapshotBlock::State::inactive);
+  EXPECT_EQ(must(allocator_->allocate(4 * granule, default_stream)), a);
+  must(allocator_->deallocate(a));
+  must(allocator_->deallocate(c));
+}
+
+TEST_F(AllocatorTest, ScatteredFreePagesAreStitchedIntoOneBlockWithoutTouchingLiveData) {
+  make(8 * granule);
+  std::vector<Address> blocks;
+  for (int i = 0; i < 4; ++i) {
+    blocks.push_back(must(allocator_->allocate(2 * granule, default_stream)));
+    fill(blocks.back(), 2 * granule, static_cast<unsigned char>(i));
+  }
+  EXPECT_EQ(allocator_->stats().reserved_bytes, 8 * granule) << "the device is full";
+  must(allocator_->deallocate(blocks[1]));
+  must(allocator_->deallocate(blocks[3]));
+
+  // Two holes of two granules, not neighbours; four granules asked for.
+  const Address stitched = must(allocator_->allocate(4 * granule, default_stream));
+  fill(stitched, 4 * granule, 9);
+  const TesseraStats stats = allocator_->tessera_stats();
+  EXPECT_EQ(stats.common.reserved_bytes, 8 * granule) << "no page beyond the capacity";
+  EXPECT_GE(stats.pages_stitched, 2u);
+  EXPECT_GE(stats.syncs, 1u) << "pages are unmapped only after proving the stream idle";
+  EXPECT_TRUE(holds(blocks[0], 2 * granule, 0));
+  EXPECT_TRUE(holds(blocks[2], 2 * granule, 2));
+  EXPECT_TRUE(holds(stitched, 4 * granule, 9));
+  for (Address block : {blocks[0], blocks[2], stitched}) must(allocator_->deallocate(block));
+}
+
+TEST_F(AllocatorTest, OutOfMemoryIsATypedAnswerWithTheFiguresAndChangesNothing) {
+  make(8 * granule);
+  const Address live = must(allocator_->allocate(6 * granule, default_stream));
+  fill(live, 6 * granule, 5);
+  auto refused = allocator_->allocate(4 * granule, default_stream);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::out_of_memory);
+  const std::string& message = refused.error().message;
+  EXPECT_NE(message.find(std::to_string(4 * granule)), std::string::npos) << message;
+  EXPECT_NE(message.find("allocated"), std::string::npos) << message;
+  EXPECT_NE(message.find("reserved"), std::string::npos) << message;
+  EXPECT_NE(message.find("free on the device"), std::string::npos) << message;
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+  EXPECT_EQ(allocator_->stats().num_ooms, 1u);
+  EXPECT_EQ(allocator_->stats().num_alloc_retries, 1u);
+  EXPECT_TRUE(holds(live, 6 * granule, 5));
+  const Address fits = must(allocator_->allocate(2 * granule, default_stream));
+  must(allocator_->deallocate(fits));
+  must(allocator_->deallocate(live));
+}
+
+TEST_F(AllocatorTest, BadRequestsAreNamedErrorsAndChangeNothing) {
+  make(8 * granule);
+  auto zero = allocator_->allocate(0, default_stream);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.error().code, Errc::invalid_argument);
+  auto huge = allocator_->allocate(~Bytes{0} - 3, default_stream);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.error().code, Errc::out_of_memory);
+  const Address block = must(allocator_->allocate(100, default_stream));
+  must(allocator_->deallocate(block));
+  auto twice = allocator_->deallocate(block);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().code, Errc::not_found);
+  EXPECT_NE(twice.error().message.find("double free"), std::string::npos);
+  auto foreign = allocator_->deallocate(0x1234);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_EQ(foreign.error().code, Errc::not_found);
+  auto record = allocator_->record_stream(0x1234, StreamId{3});
+  ASSERT_FALSE(record.ok());
+  EXPECT_EQ(allocator_->stats().allocated_bytes, 0u);
+}
+
+TEST_F(AllocatorTest, ABlockUsedByAnotherStreamWaitsForThatStreamBeforeReuse) {
+  make(16 * MiB);
+  StreamControl* streams = driver_->stream_control();
+  ASSERT_NE(streams, nullptr);
+  const StreamId other{5};
+  const Address block = must(allocator_->allocate(2 * granule, default_stream));
+  must(allocator_->record_stream(block, other));
+  streams->hold(other);
+  must(allocator_->deallocate(block));
+  EXPECT_EQ(allocator_->snapshot().segments.at(0).blocks.at(0).state, SnapshotBlock::State::active_pending_free);
+
+  const Address meanwhile = must(allocator_->allocate(2 * granule, default_stream));
+  EXPECT_NE(meanwhile, block) << "reused while the other stream may still use it";
+  streams->complete(other);
+  const Address later = must(allocator_->allocate(2 * granule, default_stream));
+  EXPECT_EQ(later, block) << "reusable once the other stream's work is done";
+  must(allocator_->deallocate(meanwhile));
+  must(allocator_->deallocate(later));
+}
+
+TEST_F(AllocatorTest, StreamsDoNotShareCachedBlocks) {
+  make(16 * MiB);
+  const Address on_default = must(allocator_->allocate(2 * granule, default_stream));
+  must(allocator_->deallocate(on_default));
+  const Address on_other = must(allocator_->allocate(2 * granule, StreamId{9}));
+  EXPECT_NE(on_other, on_default);
+  must(allocator_->deallocate(on_other));
+}
+
+TEST_F(AllocatorTest, EmptyCacheGivesEveryIdlePageBack) {
+  make(16 * MiB, must(parse_allocator_config("small_max_kb:64")));  // the 3-granule block is large, aligned
+  std::vector<Address> blocks;
+  for (Bytes size : {3 * granule, 100 * KiB, 7 * granule, 1 * KiB}) {
+    blocks.push_back(must(allocator_->allocate(size, default_stream)));
+  }
+  const Address keep = blocks[0];
+  for (Address block : blocks) {
+    if (block != keep) must(allocator_->deallocate(block));
+  }
+  must(allocator_->empty_cache());
+  EXPECT_EQ(allocator_->stats().reserved_bytes, 3 * granule) << "only the live block's pages stay";
+  must(allocator_->deallocate(keep));
+  must(allocator_->empty_cache());
+  EXPECT_EQ(allocator_->stats().reserved_bytes, 0u);
+  EXPECT_EQ(driver_->census().pages, 0u);
+}
+
+TEST_F(AllocatorTest, MemoryFractionLimitsWhatMayBeHeld) {
+  make(16 * granule);
+  EXPECT_FALSE(allocator_->set_memory_fraction(0.0).ok());
+  EXPECT_FALSE(allocator_->set_memory_fraction(1.5).ok());
+  must(allocator_->set_memory_fraction(0.5));
+  const Address half = must(allocator_->allocate(8 * granule, default_stream));
+  auto over = allocator_->allocate(granule, default_stream);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().code, Errc::out_of_memory);
+  must(allocator_->deallocate(half));
+}
+
+TEST_F(AllocatorTest, GarbageCollectionKeepsTheFootprintUnderTheThreshold) {
+  make(16 * granule, must(parse_allocator_config("garbage_collection_threshold:0.5")));
+  for (int round = 0; round < 3; ++round) {
+    const Address a = must(allocator_->allocate(5 * granule, default_stream));
+    must(allocator_->deallocate(a));
+    const Address b = must(allocator_->allocate(2 * granule, StreamId{4}));
+    must(allocator_->deallocate(b));
+    const Address c = must(allocator_->allocate(6 * granule, StreamId{8}));
+    EXPECT_LE(allocator_->stats().reserved_bytes, 8 * granule) << "round " << round;
+    must(allocator_->deallocate(c));
+  }
+}
+
+TEST_F(AllocatorTest, AFailingMapDuringAllocationLosesNothing) {
+  make(16 * granule);
+  faults_->fail(DriverCall::map, 2);
+  auto failed = allocator_->allocate(4 * granule, default_stream);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, Errc::platform);
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+  EXPECT_EQ(driver_->census().mappings, 0u) << "a half-built block keeps no mapping";
+  const Address block = must(allocator_->allocate(4 * granule, default_stream));
+  fill(block, 4 * granule, 1);
+  EXPECT_TRUE(holds(block, 4 * granule, 1));
+  must(allocator_->deallocate(block));
+}
+
+TEST_F(AllocatorTest, AFailingSetAccessDuringAllocationLosesNothing) {
+  make(16 * granule);
+  faults_->fail(DriverCall::set_access, 1);
+  auto failed = allocator_->allocate(3 * granule, default_stream);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+  EXPECT_EQ(driver_->census().mappings, 0u);
+  must(allocator_->deallocate(must(allocator_->allocate(3 * granule, default_stream))));
+}
+
+TEST(AllocatorConfig, ParsesEveryKeyAndNamesTheBadOne) {
+  const AllocatorConfig config = must(parse_allocator_config(
+      " garbage_collection_threshold:0.8, roundup_power2_divisions:8,small_max_kb:512,reclaim:false,virtual_factor:4"));
+  EXPECT_DOUBLE_EQ(config.garbage_collection_threshold, 0.8);
+  EXPECT_EQ(config.roundup_power2_divisions, 8u);
+  EXPECT_EQ(config.small_max, 512 * KiB);
+  EXPECT_FALSE(config.reclaim);
+  EXPECT_EQ(config.virtual_factor, 4u);
+  EXPECT_EQ(must(parse_allocator_config("")), AllocatorConfig{});
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"max_split_size_mb:100", "max_split_size_mb"},
+      {"garbage_collection_threshold:1.5", "garbage_collection_threshold"},
+      {"garbage_collection_threshold:abc", "garbage_collection_threshold"},
+      {"roundup_power2_divisions:3", "roundup_power2_divisions"},
+      {"small_max_kb:1", "small_max_kb"},
+      {"reclaim:maybe", "reclaim"},
+      {"reclaim:true,reclaim:false", "reclaim"},
+      {"virtual_factor", "virtual_factor"},
+      {"reclaim:true,,virtual_factor:2", "empty"},
+  };
+  for (const auto& [text, named] : bad) {
+    auto parsed = parse_allocator_config(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_EQ(parsed.error().code, Errc::invalid_argument);
+    EXPECT_NE(parsed.error().message.find(named), std::string::npos) << parsed.error().message;
+  }
+}
+
+TEST(AllocatorConfig, ComesFromTheEnvironment) {
+  setenv("TESSERA_ALLOC_CONF", "small_max_kb:256", 1);
+  EXPECT_EQ(must(allocator_config_from_environment()).small_max, 256 * KiB);
+  setenv("TESSERA_ALLOC_CONF", "colour:blue", 1);
+  auto bad = allocator_config_from_environment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("TESSERA_ALLOC_CONF"), std::string::npos);
+  EXPECT_NE(bad.error().message.find("colour"), std::string::npos);
+  unsetenv("TESSERA_ALLOC_CONF");
+  EXPECT_EQ(must(allocator_config_from_environment()), AllocatorConfig{});
+}
+
+}  // namespace
+}  // namespace tessera
