@@ -1,0 +1,176 @@
+// Allocation traces: the model every reader produces and every replay consumes, and the readers and
+// writers of the formats Tessera understands (docs/trace-format.md).
+//
+// A trace is the sequence of allocation requests one device saw: allocs with the bytes the caller asked
+// for, frees, and iteration markers. Blocks are named by dense ids that the reader assigns, one per block
+// lifetime: a recorded address that is freed and handed out again becomes two blocks. Recordings that start
+// mid-run have blocks that were live before the first event; they are listed apart (initial_blocks) so that
+// a replay can create them before it starts.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/result.hpp"
+#include "tessera/types.hpp"
+
+namespace tessera {
+
+using BlockId = std::uint32_t;
+
+// time_us of an event whose recording carries no time.
+inline constexpr std::int64_t no_time = std::numeric_limits<std::int64_t>::min();
+
+enum class TraceEventKind : std::uint8_t { alloc, free, iteration };
+
+std::string_view to_string(TraceEventKind kind) noexcept;
+
+// 32 bytes, no pointers: a replay streams through millions of them.
+struct TraceEvent {
+  std::uint64_t size = 0;          // alloc, free: the block's requested bytes; iteration: the index
+  std::int64_t time_us = no_time;  // when it was recorded, in microseconds; no_time when unknown
+  BlockId block = 0;               // alloc, free
+  std::uint32_t stream = 0;        // alloc, free: index into Trace::streams
+  TraceEventKind kind = TraceEventKind::alloc;
+
+  // A free repeats its block's size and stream so that a replay needs no lookup to call free(ptr, size).
+  static TraceEvent alloc(BlockId block, std::uint64_t size, std::uint32_t stream, std::int64_t time_us = no_time) {
+    return {size, time_us, block, stream, TraceEventKind::alloc};
+  }
+  static TraceEvent free(BlockId block, std::uint64_t size, std::uint32_t stream, std::int64_t time_us = no_time) {
+    return {size, time_us, block, stream, TraceEventKind::free};
+  }
+  static TraceEvent iteration(std::uint64_t index, std::int64_t time_us = no_time) {
+    return {index, time_us, 0, 0, TraceEventKind::iteration};
+  }
+
+  bool operator==(const TraceEvent&) const = default;
+};
+
+// A block live before recording began.
+struct InitialBlock {
+  BlockId id = 0;
+  std::uint64_t size = 0;    // requested bytes
+  std::uint32_t stream = 0;  // index into Trace::streams
+
+  bool operator==(const InitialBlock&) const = default;
+};
+
+struct Trace {
+  std::string name;                         // the recording's name: the file's stem unless the file names it
+  std::string device;                       // where it was recorded ("cuda:0"); empty when unknown
+  std::vector<StreamId> streams;            // the stream table: index -> the platform's stream value
+  std::vector<InitialBlock> initial_blocks;
+  std::vector<TraceEvent> events;
+  BlockId block_count = 0;                  // block ids are 0 .. block_count-1; readers number initial blocks first
+
+  bool operator==(const Trace&) const = default;
+};
+
+// The peak here is the design's peak_allocated: most live requested bytes at any moment, initial blocks
+// included. Assumes a trace that validate() accepts.
+struct TraceSummary {
+  std::size_t allocs = 0;
+  std::size_t frees = 0;
+  std::size_t iterations = 0;
+  std::size_t initial_blocks = 0;
+  Bytes initial_bytes = 0;
+  Bytes peak_live_bytes = 0;
+  // The first event after which the peak was reached; npos when the initial blocks are the peak.
+  std::size_t peak_event = npos;
+  Bytes live_bytes_at_end = 0;
+  std::size_t live_blocks_at_end = 0;
+  Bytes largest_alloc = 0;
+  std::size_t streams = 0;  // distinct streams the blocks use
+  std::int64_t first_time_us = no_time;  // of the first and last events that carry a time
+  std::int64_t last_time_us = no_time;
+
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+};
+
+TraceSummary summarize(const Trace& trace);
+
+// Every id and stream index in range; every initial block and every alloc names a block not seen before
+// (ids are never reused); every free names a live block and repeats its size and stream. The error names
+// the first offending event.
+Result<void> validate(const Trace& trace);
+
+// ---- Readers. Each reads a whole file; gzip-compressed input is recognized by its magic bytes and
+// inflated transparently. A truncated or corrupt input is an Errc::invalid_argument error whose message
+// names the source and where: "<source>:<line>: ..." for text, "<source>: byte N: ..." for binary. The
+// parse_* variants read from memory; `source` names the input in messages and gives the trace its name.
+
+// PyTorch memory snapshots (torch.cuda.memory._dump_snapshot): a pickle of a dict with device_traces and
+// segments.
+struct PytorchSnapshotOptions {
+  std::optional<int> device;  // the device whose trace to read; default: the one with most events
+};
+
+// What the real PyTorch allocator did with segments during the recording, for checking a model of it. Not
+// part of the trace: segment events are the allocator's, not the caller's.
+struct RecordedSegmentAlloc {
+  std::uint64_t size = 0;
+  std::uint32_t stream = 0;   // index into Trace::streams
+  std::size_t before_event = 0;  // index of the trace event that follows it (events.size() if none)
+};
+
+struct PytorchRecording {
+  Trace trace;
+  std::vector<RecordedSegmentAlloc> segment_allocs;  // every segment_alloc, in order
+  // Reserved bytes: initial_reserved before the first event; reserved_after[i] after trace.events[i] and
+  // every segment event recorded before it; final_reserved, the segments' total when the snapshot was taken.
+  // initial_reserved = final_reserved - (segment_alloc + segment_map) + (segment_free + segment_unmap):
+  // the snapshot's segments are the allocator's state at the end of the recording (docs/trace-format.md).
+  std::uint64_t initial_reserved = 0;
+  std::vector<std::uint64_t> reserved_after;
+  std::uint64_t final_reserved = 0;
+  std::vector<std::uint64_t> initial_segment_sizes;  // segments that existed before the first event
+  bool reserved_consistent = true;  // false when the segment events do not add up (clamped at zero)
+  std::size_t recorded_events = 0;  // entries in the device's trace, of every action
+  std::size_t ignored_events = 0;   // free_requested, snapshot, oom and unknown actions
+};
+
+Result<PytorchRecording> read_pytorch_recording(const std::filesystem::path& path,
+                                                const PytorchSnapshotOptions& options = {});
+Result<PytorchRecording> parse_pytorch_recording(std::string_view bytes, std::string_view source,
+                                                 const PytorchSnapshotOptions& options = {});
+Result<Trace> read_pytorch_snapshot(const std::filesystem::path& path, const PytorchSnapshotOptions& options = {});
+Result<Trace> parse_pytorch_snapshot(std::string_view bytes, std::string_view source,
+                                     const PytorchSnapshotOptions& options = {});
+
+// Per-tensor lifetimes, CSV "id,lower,upper,size" with a header (more columns are ignored): live from step
+// lower to step upper (exclusive). At each step frees come before allocs, each in order of id.
+Result<Trace> read_lifetimes_csv(const std::filesystem::path& path);
+Result<Trace> parse_lifetimes_csv(std::string_view bytes, std::string_view source);
+
+// STAlloc's Megatron trace (mem_log_dev<N>.txt): "1 <ptr> <size> <stream>" mallocs, "0 <ptr> <size> <stream>"
+// frees, "Iteration Index : <n>" markers become iteration events, the other marker lines are skipped.
+Result<Trace> read_stalloc_trace(const std::filesystem::path& path);
+Result<Trace> parse_stalloc_trace(std::string_view bytes, std::string_view source);
+
+// Tessera's own text format (docs/trace-format.md), written by write_text_trace and read back unchanged.
+Result<Trace> read_text_trace(const std::filesystem::path& path);
+Result<Trace> parse_text_trace(std::string_view bytes, std::string_view source);
+std::string format_text_trace(const Trace& trace);
+// Gzip-compressed when the path ends in ".gz".
+Result<void> write_text_trace(const Trace& trace, const std::filesystem::path& path);
+
+enum class TraceFormat : std::uint8_t { automatic, pytorch_snapshot, lifetimes_csv, stalloc, text };
+
+std::string_view to_string(TraceFormat format) noexcept;
+
+struct TraceReadOptions {
+  TraceFormat format = TraceFormat::automatic;  // automatic: by content, then by extension
+  PytorchSnapshotOptions pytorch;
+};
+
+// Any of the formats above.
+Result<Trace> read_trace(const std::filesystem::path& path, const TraceReadOptions& options = {});
+Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options = {});
+
+}  // namespace tessera

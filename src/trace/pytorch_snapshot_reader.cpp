@@ -1,0 +1,292 @@
+// PyTorch memory snapshots: the pickle's device_traces become the trace, its segments supply the blocks
+// that were live before recording began and the reserved bytes at the end (docs/trace-format.md).
+//
+// The caller's view only: a block is allocated at `alloc` (size = the requested bytes) and becomes free at
+// `free_completed`, when the allocator may reuse it, not at `free_requested`, when the caller let go of it
+// but the device may still be using it. Segment events are the allocator's own and go to the side record.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "tessera/trace.hpp"
+#include "trace/gzip_file.hpp"
+#include "trace/pickle_reader.hpp"
+#include "trace/readers.hpp"
+#include "trace/trace_builder.hpp"
+
+namespace tessera {
+
+namespace {
+
+using trace_detail::PickleKind;
+using trace_detail::PickleRef;
+using trace_detail::PickleTree;
+using trace_detail::TraceBuilder;
+
+class SnapshotReader {
+ public:
+  SnapshotReader(const PickleTree& tree, std::string_view source, const PytorchSnapshotOptions& options)
+      : tree_(tree), source_(source), options_(options) {}
+
+  Result<PytorchRecording> read() {
+    const PickleRef root = tree_.root();
+    if (tree_.kind(root) != PickleKind::dict) {
+      return fail("the pickle", fmt::format("holds a {}, not a snapshot dict", to_string(tree_.kind(root))));
+    }
+    const std::optional<PickleRef> traces = tree_.find(root, "device_traces");
+    if (!traces || tree_.kind(*traces) != PickleKind::list) {
+      return fail("the snapshot",
+                  "has no device_traces list (record with torch.cuda.memory._record_memory_history first)");
+    }
+    const std::span<const PickleRef> devices = tree_.items(*traces);
+    int device = 0;
+    if (options_.device) {
+      device = *options_.device;
+      if (device < 0 || (!devices.empty() && static_cast<std::size_t>(device) >= devices.size())) {
+        return fail("device_traces", fmt::format("has no device {} (it holds {})", device, devices.size()));
+      }
+    } else {
+      std::size_t most = 0;
+      for (std::size_t d = 0; d < devices.size(); ++d) {
+        const std::size_t count = tree_.size(devices[d]);
+        if (count > most) {
+          most = count;
+          device = static_cast<int>(d);
+        }
+      }
+    }
+    if (!devices.empty()) {
+      const PickleRef events = devices[static_cast<std::size_t>(device)];
+      if (tree_.kind(events) != PickleKind::list) {
+        return fail(fmt::format("device_traces[{}]", device), "is not a list");
+      }
+      recording_.recorded_events = tree_.items(events).size();
+      for (std::size_t i = 0; i < tree_.items(events).size(); ++i) {
+        if (auto error = read_event(device, i, tree_.items(events)[i])) return std::move(*error);
+      }
+    }
+    if (auto error = read_segments(device)) return std::move(*error);
+    return finish(device);
+  }
+
+ private:
+  Error fail(std::string_view where, std::string_view what) const {
+    return make_error(Errc::invalid_argument, fmt::format("{}: {} {}", source_, where, what));
+  }
+
+  // A required integer field of a dict.
+  std::optional<Error> field(PickleRef dict, std::string_view key, std::string_view where, std::int64_t& out) const {
+    const std::optional<PickleRef> value = tree_.find(dict, key);
+    if (!value) return fail(where, fmt::format("has no '{}'", key));
+    const std::optional<std::int64_t> number = tree_.integer(*value);
+    if (!number) return fail(where, fmt::format("has a {} for '{}', not an int", to_string(tree_.kind(*value)), key));
+    out = *number;
+    return {};
+  }
+
+  std::optional<Error> size_field(PickleRef dict, std::string_view key, std::string_view where,
+                                  std::uint64_t& out) const {
+    std::int64_t value = 0;
+    if (auto error = field(dict, key, where, value)) return error;
+    if (value < 0) return fail(where, fmt::format("has a negative '{}' ({})", key, value));
+    out = static_cast<std::uint64_t>(value);
+    return {};
+  }
+
+  std::uint32_t stream_of(PickleRef dict) {
+    std::int64_t value = 0;
+    if (const auto stream = tree_.find(dict, "stream")) value = tree_.integer(*stream).value_or(0);
+    return builder_.stream(StreamId{static_cast<std::uintptr_t>(value)});
+  }
+
+  std::int64_t time_of(PickleRef dict) const {
+    const std::optional<PickleRef> time = tree_.find(dict, "time_us");
+    if (!time) return no_time;
+    if (const auto integer = tree_.integer(*time)) return *integer;
+    if (const auto real = tree_.real(*time)) return std::llround(*real);
+    return no_time;  // None: the recording had no clock
+  }
+
+  std::optional<Error> read_event(int device, std::size_t index, PickleRef event) {
+    const std::string where = fmt::format("device_traces[{}][{}]", device, index);
+    if (tree_.kind(event) != PickleKind::dict) return fail(where, "is not a dict");
+    const std::optional<PickleRef> action_ref = tree_.find(event, "action");
+    const std::optional<std::string_view> action = action_ref ? tree_.string(*action_ref) : std::nullopt;
+    if (!action) return fail(where, "has no 'action' string");
+    const std::string located = fmt::format("{} ({})", where, *action);
+
+    if (*action == "alloc" || *action == "free_completed") {
+      std::int64_t address = 0;
+      std::uint64_t size = 0;
+      if (auto error = field(event, "addr", located, address)) return error;
+      if (auto error = size_field(event, "size", located, size)) return error;
+      const auto key = static_cast<std::uint64_t>(address);
+      const std::uint32_t stream = stream_of(event);
+      const std::int64_t time = time_of(event);
+      if (*action == "alloc") {
+        const TraceBuilder::Status status = builder_.alloc(key, size, stream, time);
+        if (status == TraceBuilder::Status::already_live) {
+          return fail(located, fmt::format("at address {:#x}, which holds a live block", key));
+        }
+        if (status != TraceBuilder::Status::ok) return fail(located, "is one block too many");
+      } else {
+        // A free of an address the recording never used frees a block live before it began.
+        if (!builder_.seen(key) && builder_.declare_initial(key, size, stream) != TraceBuilder::Status::ok) {
+          return fail(located, "is one block too many");
+        }
+        if (builder_.free(key, time) != TraceBuilder::Status::ok) {
+          return fail(located, fmt::format("of address {:#x}, which holds no live block", key));
+        }
+      }
+      reserved_delta_at_event_.push_back(reserved_delta_);
+      return {};
+    }
+    const bool grows = *action == "segment_alloc" || *action == "segment_map";
+    if (grows || *action == "segment_free" || *action == "segment_unmap") {
+      std::int64_t address = 0;
+      std::uint64_t size = 0;
+      if (auto error = field(event, "addr", located, address)) return error;
+      if (auto error = size_field(event, "size", located, size)) return error;
+      reserved_delta_ += grows ? static_cast<std::int64_t>(size) : -static_cast<std::int64_t>(size);
+      const auto key = static_cast<std::uint64_t>(address);
+      if (*action == "segment_alloc") {
+        recording_.segment_allocs.push_back(RecordedSegmentAlloc{size, stream_of(event), builder_.event_count()});
+      } else if (*action == "segment_free" && !segments_seen_.contains(key)) {
+        recording_.initial_segment_sizes.push_back(size);  // freed before the recording allocated it
+      }
+      if (*action == "segment_alloc" || *action == "segment_free") segments_seen_.insert(key);
+      return {};
+    }
+    ++recording_.ignored_events;  // free_requested, snapshot, oom, and actions of later PyTorch versions
+    return {};
+  }
+
+  std::optional<Error> read_segments(int device) {
+    const std::optional<PickleRef> segments = tree_.find(tree_.root(), "segments");
+    if (!segments) return {};  // a trace without the allocator's state: no untouched blocks to add
+    if (tree_.kind(*segments) != PickleKind::list) return fail("segments", "is not a list");
+    for (std::size_t s = 0; s < tree_.items(*segments).size(); ++s) {
+      const PickleRef segment = tree_.items(*segments)[s];
+      const std::string where = fmt::format("segments[{}]", s);
+      if (tree_.kind(segment) != PickleKind::dict) return fail(where, "is not a dict");
+      std::int64_t segment_device = 0;
+      if (auto error = field(segment, "device", where, segment_device)) return error;
+      if (segment_device != device) continue;
+      std::int64_t address = 0;
+      std::uint64_t total_size = 0;
+      if (auto error = field(segment, "address", where, address)) return error;
+      if (auto error = size_field(segment, "total_size", where, total_size)) return error;
+      recording_.final_reserved += total_size;
+      if (!segments_seen_.contains(static_cast<std::uint64_t>(address))) {
+        recording_.initial_segment_sizes.push_back(total_size);
+      }
+      const std::optional<PickleRef> blocks = tree_.find(segment, "blocks");
+      if (!blocks) continue;
+      // Snapshots before PyTorch 2.1 give blocks no address: they tile the segment in order.
+      auto block_address = static_cast<std::uint64_t>(address);
+      for (std::size_t b = 0; b < tree_.items(*blocks).size(); ++b) {
+        const PickleRef block = tree_.items(*blocks)[b];
+        const std::string block_where = fmt::format("segments[{}].blocks[{}]", s, b);
+        if (tree_.kind(block) != PickleKind::dict) return fail(block_where, "is not a dict");
+        std::uint64_t size = 0;
+        if (auto error = size_field(block, "size", block_where, size)) return error;
+        if (tree_.find(block, "address")) {
+          std::int64_t explicit_address = 0;
+          if (auto error = field(block, "address", block_where, explicit_address)) return error;
+          block_address = static_cast<std::uint64_t>(explicit_address);
+        }
+        const std::optional<PickleRef> state_ref = tree_.find(block, "state");
+        const std::string_view state = state_ref ? tree_.string(*state_ref).value_or("") : "";
+        // A block the events never touched and that is still allocated was live all along. (One the events
+        // did touch is the events' business; active_pending_free is allocated until free_completed.)
+        if ((state == "active_allocated" || state == "active_pending_free") && !builder_.seen(block_address)) {
+          std::uint64_t requested = size;
+          if (tree_.find(block, "requested_size")) {
+            if (auto error = size_field(block, "requested_size", block_where, requested)) return error;
+          }
+          if (builder_.declare_initial(block_address, requested, stream_of(segment)) != TraceBuilder::Status::ok) {
+            return fail(block_where, "is one block too many");
+          }
+        }
+        block_address += size;
+      }
+    }
+    return {};
+  }
+
+  Result<PytorchRecording> finish(int device) {
+    // The segments are the allocator's state when the snapshot was taken, after the last event; the
+    // reserved bytes before the first event are that total with the recorded segment changes undone.
+    std::int64_t initial = static_cast<std::int64_t>(recording_.final_reserved) - reserved_delta_;
+    if (initial < 0) {
+      recording_.reserved_consistent = false;
+      initial = 0;
+    }
+    recording_.initial_reserved = static_cast<std::uint64_t>(initial);
+    recording_.reserved_after.reserve(reserved_delta_at_event_.size());
+    for (const std::int64_t delta : reserved_delta_at_event_) {
+      std::int64_t reserved = initial + delta;
+      if (reserved < 0) {
+        recording_.reserved_consistent = false;
+        reserved = 0;
+      }
+      recording_.reserved_after.push_back(static_cast<std::uint64_t>(reserved));
+    }
+    recording_.trace = builder_.finish(trace_detail::trace_name_from_source(source_), fmt::format("cuda:{}", device));
+    return std::move(recording_);
+  }
+
+  const PickleTree& tree_;
+  std::string_view source_;
+  const PytorchSnapshotOptions& options_;
+  TraceBuilder builder_;
+  PytorchRecording recording_;
+  std::int64_t reserved_delta_ = 0;                    // segment bytes gained since the first event
+  std::vector<std::int64_t> reserved_delta_at_event_;  // reserved_delta_ as each trace event was read
+  std::unordered_set<std::uint64_t> segments_seen_;    // addresses of segment_alloc and segment_free
+};
+
+}  // namespace
+
+namespace trace_detail {
+
+Result<PytorchRecording> parse_pytorch_inflated(std::string_view bytes, std::string_view source, bool inflated,
+                                                const PytorchSnapshotOptions& options) {
+  const std::string where = inflated ? fmt::format("{} (inflated)", source) : std::string(source);
+  Result<PickleTree> tree = parse_pickle(bytes, where);
+  if (!tree) return std::move(tree).error();
+  return SnapshotReader(*tree, source, options).read();
+}
+
+}  // namespace trace_detail
+
+Result<PytorchRecording> parse_pytorch_recording(std::string_view bytes, std::string_view source,
+                                                 const PytorchSnapshotOptions& options) {
+  return trace_detail::with_inflated(bytes, source, [&](std::string_view pickle, bool inflated) {
+    return trace_detail::parse_pytorch_inflated(pickle, source, inflated, options);
+  });
+}
+
+Result<PytorchRecording> read_pytorch_recording(const std::filesystem::path& path,
+                                                const PytorchSnapshotOptions& options) {
+  Result<std::string> bytes = trace_detail::read_file_bytes(path);
+  if (!bytes) return std::move(bytes).error();
+  return parse_pytorch_recording(*bytes, path.string(), options);
+}
+
+Result<Trace> parse_pytorch_snapshot(std::string_view bytes, std::string_view source,
+                                     const PytorchSnapshotOptions& options) {
+  Result<PytorchRecording> recording = parse_pytorch_recording(bytes, source, options);
+  if (!recording) return std::move(recording).error();
+  return std::move(recording->trace);
+}
+
+Result<Trace> read_pytorch_snapshot(const std::filesystem::path& path, const PytorchSnapshotOptions& options) {
+  Result<PytorchRecording> recording = read_pytorch_recording(path, options);
+  if (!recording) return std::move(recording).error();
+  return std::move(recording->trace);
+}
+
+}  // namespace tessera

@@ -1,0 +1,76 @@
+// read_trace: one entry point for every format. The content decides first (a pickle starts with PROTO,
+// Tessera's text with its magic, a lifetimes CSV with its header, STAlloc with a record or marker line),
+// the extension only when the content is not telling.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tessera/trace.hpp"
+#include "trace/gzip_file.hpp"
+#include "trace/readers.hpp"
+#include "trace/text_lines.hpp"
+
+namespace tessera {
+
+namespace {
+
+TraceFormat format_by_content(std::string_view bytes) {
+  if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80) return TraceFormat::pytorch_snapshot;
+  if (bytes.starts_with("tessera-trace")) return TraceFormat::text;
+  trace_detail::LineScanner lines(bytes);
+  std::string_view line;
+  while (lines.next(line)) {
+    line = trace_detail::trim(line);
+    if (line.empty()) continue;
+    if (line.starts_with("id,") || line.find(",lower,") != std::string_view::npos) return TraceFormat::lifetimes_csv;
+    if (std::count(line.begin(), line.end(), ',') >= 3) return TraceFormat::lifetimes_csv;
+    if (line.starts_with("0 ") || line.starts_with("1 ") || line.starts_with("Iteration Index")) {
+      return TraceFormat::stalloc;
+    }
+    break;  // only the first non-blank line decides
+  }
+  return TraceFormat::automatic;
+}
+
+TraceFormat format_by_extension(std::string_view source) {
+  std::string name = std::filesystem::path(std::string(source)).filename().string();
+  if (name.ends_with(".gz")) name.resize(name.size() - 3);
+  if (name.ends_with(".pickle") || name.ends_with(".pkl")) return TraceFormat::pytorch_snapshot;
+  if (name.ends_with(".csv")) return TraceFormat::lifetimes_csv;
+  if (name.ends_with(".trace")) return TraceFormat::text;
+  if (name.ends_with(".txt") || name.ends_with(".log")) return TraceFormat::stalloc;
+  return TraceFormat::automatic;
+}
+
+}  // namespace
+
+Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options) {
+  return trace_detail::with_inflated(bytes, source, [&](std::string_view data, bool inflated) -> Result<Trace> {
+    TraceFormat format = options.format;
+    if (format == TraceFormat::automatic) format = format_by_content(data);
+    if (format == TraceFormat::automatic) format = format_by_extension(source);
+    switch (format) {
+      case TraceFormat::pytorch_snapshot: {
+        Result<PytorchRecording> recording = trace_detail::parse_pytorch_inflated(data, source, inflated, options.pytorch);
+        if (!recording) return std::move(recording).error();
+        return std::move(recording->trace);
+      }
+      case TraceFormat::lifetimes_csv: return trace_detail::parse_lifetimes_inflated(data, source);
+      case TraceFormat::stalloc: return trace_detail::parse_stalloc_inflated(data, source);
+      case TraceFormat::text: return trace_detail::parse_text_inflated(data, source);
+      case TraceFormat::automatic: break;
+    }
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{}: cannot tell the trace format from the content or the name (PyTorch snapshot "
+                                  "pickle, lifetimes CSV, STAlloc log or tessera-trace text)",
+                                  source));
+  });
+}
+
+Result<Trace> read_trace(const std::filesystem::path& path, const TraceReadOptions& options) {
+  Result<std::string> bytes = trace_detail::read_file_bytes(path);
+  if (!bytes) return std::move(bytes).error();
+  return parse_trace(*bytes, path.string(), options);
+}
+
+}  // namespace tessera

@@ -1,0 +1,239 @@
+// Tessera's own text format, for hand-written and generated traces (grammar in docs/trace-format.md):
+//
+//   tessera-trace 1
+//   name <text>  device <text>  s <stream>  p <id> <size> [stream]     declarations, before any event
+//   a <id> <size> [stream [time_us]]   f <id> [time_us]   i <n> [time_us]
+//   end
+//
+// One record a line, '#' lines are comments. The closing "end" is required so that a file cut at a line
+// boundary is an error rather than a shorter trace.
+#include <fmt/format.h>
+
+#include <array>
+
+#include "tessera/trace.hpp"
+#include "trace/gzip_file.hpp"
+#include "trace/readers.hpp"
+#include "trace/text_lines.hpp"
+#include "trace/trace_builder.hpp"
+
+namespace tessera {
+
+namespace {
+
+constexpr std::string_view magic = "tessera-trace";
+constexpr int version = 1;
+
+// Names and devices are free text up to the end of the line; a newline in one would end it early.
+std::string one_line(std::string_view text) {
+  std::string line(text);
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return line;
+}
+
+}  // namespace
+
+std::string format_text_trace(const Trace& trace) {
+  fmt::memory_buffer out;
+  auto it = std::back_inserter(out);
+  fmt::format_to(it, "{} {}\n", magic, version);
+  fmt::format_to(it, "# {} initial blocks, {} events, {} blocks\n", trace.initial_blocks.size(), trace.events.size(),
+                 trace.block_count);
+  if (!trace.name.empty()) fmt::format_to(it, "name {}\n", one_line(trace.name));
+  if (!trace.device.empty()) fmt::format_to(it, "device {}\n", one_line(trace.device));
+  // Declaring the streams keeps the stream table's order when the file is read back.
+  auto stream_value = [&trace](std::uint32_t index) {
+    return index < trace.streams.size() ? static_cast<std::uintptr_t>(trace.streams[index]) : std::uintptr_t{0};
+  };
+  for (const StreamId stream : trace.streams) fmt::format_to(it, "s {}\n", static_cast<std::uintptr_t>(stream));
+  for (const InitialBlock& block : trace.initial_blocks) {
+    fmt::format_to(it, "p {} {} {}\n", block.id, block.size, stream_value(block.stream));
+  }
+  for (const TraceEvent& event : trace.events) {
+    const bool timed = event.time_us != no_time;
+    switch (event.kind) {
+      case TraceEventKind::alloc:
+        if (timed) {
+          fmt::format_to(it, "a {} {} {} {}\n", event.block, event.size, stream_value(event.stream), event.time_us);
+        } else if (stream_value(event.stream) != 0) {
+          fmt::format_to(it, "a {} {} {}\n", event.block, event.size, stream_value(event.stream));
+        } else {
+          fmt::format_to(it, "a {} {}\n", event.block, event.size);
+        }
+        break;
+      case TraceEventKind::free:
+        if (timed) {
+          fmt::format_to(it, "f {} {}\n", event.block, event.time_us);
+        } else {
+          fmt::format_to(it, "f {}\n", event.block);
+        }
+        break;
+      case TraceEventKind::iteration:
+        if (timed) {
+          fmt::format_to(it, "i {} {}\n", event.size, event.time_us);
+        } else {
+          fmt::format_to(it, "i {}\n", event.size);
+        }
+        break;
+    }
+  }
+  fmt::format_to(it, "end\n");
+  return fmt::to_string(out);
+}
+
+Result<void> write_text_trace(const Trace& trace, const std::filesystem::path& path) {
+  const std::string text = format_text_trace(trace);
+  if (path.extension() == ".gz") return trace_detail::write_file_bytes(path, trace_detail::gzip(text));
+  return trace_detail::write_file_bytes(path, text);
+}
+
+namespace trace_detail {
+
+Result<Trace> parse_text_inflated(std::string_view text, std::string_view source) {
+  std::size_t number = 0;
+  auto fail = [source, &number](std::string_view what) {
+    return make_error(Errc::invalid_argument, fmt::format("{}:{}: {}", source, number, what));
+  };
+  TraceBuilder builder;
+  std::string name;
+  std::string device;
+  bool named = false;
+  bool header = false;
+  bool ended = false;
+  LineScanner lines(text);
+  std::string_view raw;
+  while (lines.next(raw)) {
+    number = lines.line_number();
+    const std::string_view line = trim(raw);
+    if (!header) {
+      std::array<std::string_view, 2> fields;
+      const std::size_t count = split_fields(line, fields.data(), fields.size());
+      if (count == 0 || fields[0] != magic) {
+        return fail(fmt::format("the first line must be '{} {}'", magic, version));
+      }
+      std::uint64_t file_version = 0;
+      if (count != 2 || !parse_unsigned(fields[1], file_version)) return fail("the header's version is not a number");
+      if (file_version != version) {
+        return fail(fmt::format("version {} of the text format; this reader knows version {}", file_version, version));
+      }
+      header = true;
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    if (ended) return fail("a record after 'end'");
+
+    std::array<std::string_view, 5> fields;
+    const std::size_t count = split_fields(line, fields.data(), fields.size());
+    const std::string_view kind = fields[0];
+    const bool declaration = kind == "name" || kind == "device" || kind == "s" || kind == "p";
+    if (declaration && builder.event_count() > 0) return fail(fmt::format("'{}' after the first event", kind));
+    if (kind == "name" || kind == "device") {
+      const std::string_view value = trim(line.substr(kind.size()));
+      (kind == "name" ? name : device) = std::string(value);
+      named = named || kind == "name";
+      continue;
+    }
+    if (kind == "end") {
+      if (count != 1) return fail("'end' takes no fields");
+      ended = true;
+      continue;
+    }
+
+    // The fields after the kind: required ones, then optional ones.
+    auto expect = [&](std::size_t required, std::size_t optional) -> std::optional<Error> {
+      if (count - 1 < required || count - 1 > required + optional) {
+        if (optional == 0) return fail(fmt::format("'{}' takes {} fields, not {}", kind, required, count - 1));
+        return fail(fmt::format("'{}' takes {} to {} fields, not {}", kind, required, required + optional, count - 1));
+      }
+      return {};
+    };
+    auto unsigned_field = [&](std::size_t index, std::string_view what, std::uint64_t& value) -> std::optional<Error> {
+      if (!parse_unsigned(fields[index], value, /*allow_hex=*/true)) {
+        return fail(fmt::format("{} '{}' is not a non-negative integer", what, fields[index]));
+      }
+      return {};
+    };
+    auto stream_field = [&](std::size_t index, std::uint32_t& stream) -> std::optional<Error> {
+      std::uint64_t value = 0;
+      if (index < count) {
+        if (auto error = unsigned_field(index, "stream", value)) return error;
+      }
+      stream = builder.stream(StreamId{static_cast<std::uintptr_t>(value)});
+      return {};
+    };
+    auto time_field = [&](std::size_t index, std::int64_t& time) -> std::optional<Error> {
+      time = no_time;
+      if (index < count && (!parse_signed(fields[index], time) || time == no_time)) {
+        return fail(fmt::format("time '{}' is not an integer", fields[index]));
+      }
+      return {};
+    };
+
+    std::uint64_t id = 0;
+    std::uint64_t size = 0;
+    std::uint32_t stream = 0;
+    std::int64_t time = no_time;
+    if (kind == "s") {
+      if (auto error = expect(1, 0)) return std::move(*error);
+      if (auto error = stream_field(1, stream)) return std::move(*error);
+    } else if (kind == "p") {
+      if (auto error = expect(2, 1)) return std::move(*error);
+      if (auto error = unsigned_field(1, "id", id)) return std::move(*error);
+      if (auto error = unsigned_field(2, "size", size)) return std::move(*error);
+      if (auto error = stream_field(3, stream)) return std::move(*error);
+      const TraceBuilder::Status status = builder.declare_initial(id, size, stream);
+      if (status == TraceBuilder::Status::already_live) return fail(fmt::format("block {} is declared twice", id));
+      if (status != TraceBuilder::Status::ok) return fail("too many blocks");
+    } else if (kind == "a") {
+      if (auto error = expect(2, 2)) return std::move(*error);
+      if (auto error = unsigned_field(1, "id", id)) return std::move(*error);
+      if (auto error = unsigned_field(2, "size", size)) return std::move(*error);
+      if (auto error = stream_field(3, stream)) return std::move(*error);
+      if (auto error = time_field(4, time)) return std::move(*error);
+      const TraceBuilder::Status status = builder.alloc(id, size, stream, time);
+      if (status == TraceBuilder::Status::already_live) return fail(fmt::format("block {} is allocated while live", id));
+      if (status != TraceBuilder::Status::ok) return fail("too many blocks");
+    } else if (kind == "f") {
+      if (auto error = expect(1, 1)) return std::move(*error);
+      if (auto error = unsigned_field(1, "id", id)) return std::move(*error);
+      if (auto error = time_field(2, time)) return std::move(*error);
+      if (builder.free(id, time) != TraceBuilder::Status::ok) {
+        return fail(fmt::format("block {} is freed but not live (declare blocks live before the trace with 'p')", id));
+      }
+    } else if (kind == "i") {
+      if (auto error = expect(1, 1)) return std::move(*error);
+      if (auto error = unsigned_field(1, "iteration", size)) return std::move(*error);
+      if (auto error = time_field(2, time)) return std::move(*error);
+      builder.iteration(size, time);
+    } else {
+      return fail(fmt::format("unknown record '{}' (expected a, f, i, p, s, name, device or end)", kind));
+    }
+  }
+  if (!header) {
+    number = 1;
+    return fail(fmt::format("the file is empty: the first line must be '{} {}'", magic, version));
+  }
+  if (!ended) {
+    number = lines.line_number();
+    return fail("the file ends without 'end': it looks cut short");
+  }
+  return builder.finish(named ? name : trace_name_from_source(source), device);
+}
+
+}  // namespace trace_detail
+
+Result<Trace> parse_text_trace(std::string_view bytes, std::string_view source) {
+  return trace_detail::with_inflated(bytes, source, [source](std::string_view text, bool) {
+    return trace_detail::parse_text_inflated(text, source);
+  });
+}
+
+Result<Trace> read_text_trace(const std::filesystem::path& path) {
+  Result<std::string> bytes = trace_detail::read_file_bytes(path);
+  if (!bytes) return std::move(bytes).error();
+  return parse_text_trace(*bytes, path.string());
+}
+
+}  // namespace tessera

@@ -1,0 +1,62 @@
+// What every reader does once it knows an event: give each block lifetime a dense id, keep the stream
+// table, remember which recorded keys (addresses, tensor ids, text ids) are live, and put the blocks that
+// were live before recording first. Readers only add their positions to its answers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "tessera/trace.hpp"
+
+namespace tessera::trace_detail {
+
+class TraceBuilder {
+ public:
+  enum class Status : std::uint8_t {
+    ok,
+    already_live,  // alloc or declare_initial of a key whose block is live
+    not_live,      // free of a key with no live block
+    seen_before,   // declare_initial of a key that events already used: it cannot have been live before them
+    too_many,      // more blocks than BlockId holds
+  };
+
+  std::uint32_t stream(StreamId platform_stream);
+
+  Status alloc(std::uint64_t key, std::uint64_t size, std::uint32_t stream, std::int64_t time_us);
+  // Frees the live block of `key`; its size and stream go into the event.
+  Status free(std::uint64_t key, std::int64_t time_us);
+  // A block live before recording began, which no event has used yet.
+  Status declare_initial(std::uint64_t key, std::uint64_t size, std::uint32_t stream);
+  void iteration(std::uint64_t index, std::int64_t time_us);
+
+  bool is_live(std::uint64_t key) const { return live_.contains(key); }
+  // Whether any alloc, free or declaration has used the key.
+  bool seen(std::uint64_t key) const { return seen_.contains(key); }
+  std::size_t event_count() const { return events_.size(); }
+  std::size_t initial_count() const { return initial_.size(); }
+
+  // The trace, with initial blocks numbered 0.. in declaration order and the others after them in the
+  // order of their allocs.
+  Trace finish(std::string name, std::string device);
+
+ private:
+  struct Block {
+    std::uint64_t size = 0;
+    std::uint32_t stream = 0;
+  };
+
+  Status new_block(std::uint64_t key, std::uint64_t size, std::uint32_t stream, BlockId& id);
+
+  std::vector<StreamId> streams_;
+  std::unordered_map<std::uintptr_t, std::uint32_t> stream_index_;
+  std::vector<Block> blocks_;  // by provisional id: the order of creation
+  std::vector<BlockId> initial_;
+  std::vector<TraceEvent> events_;
+  std::unordered_map<std::uint64_t, BlockId> live_;
+  std::unordered_set<std::uint64_t> seen_;
+};
+
+}  // namespace tessera::trace_detail
