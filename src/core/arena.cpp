@@ -20,7 +20,6 @@ void Arena::add_region(Address base, Bytes span) {
   Region region;
   region.base = base;
   region.span = span;
-  region.pages.assign(span / granule_, PageId{0});
   Block* block = new_block();
   block->address = base;
   block->size = span;
@@ -98,6 +97,7 @@ SlotRange Arena::inner_slots(const Block& block) const {
 
 void Arena::set_page(Region& region, std::size_t slot, PageId page) {
   assert(!region.is_mapped(slot));
+  if (slot >= region.pages.size()) region.pages.resize(std::max(slot + 1, region.pages.size() * 2), PageId{0});
   region.pages[slot] = page;
   region.mapped += 1;
 }

@@ -7,6 +7,7 @@
 // block is idle: its page can be taken back without touching live data.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -21,16 +22,25 @@ namespace tessera::core {
 struct SlotRange {
   std::size_t first = 0;
   std::size_t count = 0;  // 0: empty
+
+  std::size_t end() const noexcept { return first + count; }
+  // The part below `limit`: slots past a region's page table are never mapped.
+  SlotRange below(std::size_t limit) const noexcept {
+    return first >= limit ? SlotRange{} : SlotRange{first, std::min(count, limit - first)};
+  }
 };
 
 struct Region {
   Address base = 0;
   Bytes span = 0;
-  std::vector<PageId> pages;  // one per granule slot; PageId{0} where nothing is mapped
+  // One entry per granule slot up to the highest slot ever mapped (regions are sized for the whole device
+  // and mostly untouched); PageId{0} where nothing is mapped.
+  std::vector<PageId> pages;
   std::size_t mapped = 0;
   Block* first_block = nullptr;
 
-  bool is_mapped(std::size_t slot) const noexcept { return pages[slot] != PageId{0}; }
+  bool is_mapped(std::size_t slot) const noexcept { return slot < pages.size() && pages[slot] != PageId{0}; }
+  std::size_t table_size() const noexcept { return pages.size(); }
   Address slot_address(std::size_t slot, Bytes granule) const noexcept { return base + slot * granule; }
 };
 

@@ -176,8 +176,8 @@ class Allocator final : public TesseraAllocator {
     for (const auto& arena : arenas_) {
       arena->free_blocks().visit_all([&](const Block* block) {
         const Region& region = arena->region_of(*block);
-        const SlotRange inner = arena->inner_slots(*block);
-        for (std::size_t slot = inner.first; slot < inner.first + inner.count; ++slot) {
+        const SlotRange inner = arena->inner_slots(*block).below(region.table_size());
+        for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
           if (region.is_mapped(slot)) stats.cached_bytes += granule_;
         }
       });
@@ -198,8 +198,8 @@ class Allocator final : public TesseraAllocator {
                               : block->pending ? State::active_pending_free
                                                : State::inactive;
           Bytes mapped = 0;
-          const SlotRange touched = arena->touched_slots(*block);
-          for (std::size_t slot = touched.first; slot < touched.first + touched.count; ++slot) {
+          const SlotRange touched = arena->touched_slots(*block).below(region.table_size());
+          for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
             if (!region.is_mapped(slot)) continue;
             const Address start = std::max(block->address, region.slot_address(slot, granule_));
             const Address end = std::min(block->end(), region.slot_address(slot, granule_) + granule_);
@@ -395,8 +395,8 @@ class Allocator final : public TesseraAllocator {
     for (const auto& arena : arenas_) {
       arena->free_blocks().visit_all([&](const Block* block) {
         const Region& region = arena->region_of(*block);
-        const SlotRange inner = arena->inner_slots(*block);
-        for (std::size_t slot = inner.first; slot < inner.first + inner.count; ++slot) {
+        const SlotRange inner = arena->inner_slots(*block).below(region.table_size());
+        for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
           if (region.is_mapped(slot)) idle_.push_back({block->freed_at, arena.get(), block->region, slot});
         }
       });

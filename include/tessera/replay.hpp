@@ -1,0 +1,86 @@
+// Replay: runs a trace through any allocator on any driver with a device capacity, and measures it as the
+// design defines (docs/replay.md):
+//   peak_allocated  most live requested bytes at any moment, blocks live before the trace included
+//   peak_reserved   most physical bytes held from the device at any moment (the driver's pages)
+//   reserved_at_peak_allocated   physical bytes held when live bytes reached their peak (what
+//                   SOURCES.md records for the real allocator)
+//   frag_at_peak    1 - peak_allocated / peak_reserved
+//   avg_frag        mean over events of (reserved - allocated) / reserved, where reserved > 0
+//   min_capacity    the smallest capacity, to the granule, at which the whole trace replays without an
+//                   out-of-memory error (bisection); overhead = min_capacity / peak_allocated - 1
+// plus driver calls by kind, their modelled time (sim) or wall time (other drivers), syncs, and the
+// allocator's own host time per operation, driver time excluded.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/allocator.hpp"
+#include "tessera/device_allocator.hpp"
+#include "tessera/driver.hpp"
+#include "tessera/trace.hpp"
+
+namespace tessera {
+
+// The allocators a replay can run: "tessera" and the baseline models; "ideal" is the reference line
+// (reserved = live bytes) computed without an allocator.
+std::vector<std::string_view> replay_allocator_names();
+
+Result<std::unique_ptr<DeviceAllocator>> make_replay_allocator(std::string_view name, Driver& driver,
+                                                               const AllocatorConfig& tessera_config = {});
+
+struct ReplayOptions {
+  std::string allocator = "tessera";
+  std::string driver = "sim";  // "sim" or "host": a replay never needs an accelerator
+  std::optional<Bytes> capacity;  // none: unlimited
+  Bytes granularity = 2 * MiB;
+  AllocatorConfig tessera_config;
+  std::size_t series_points = 0;  // > 0: keep about this many (event, allocated, reserved) samples
+};
+
+struct SeriesPoint {
+  std::size_t event = 0;
+  Bytes allocated = 0;
+  Bytes reserved = 0;
+};
+
+struct ReplayResult {
+  std::string trace;
+  std::string allocator;
+  std::string driver;
+  std::optional<Bytes> capacity;
+  Bytes peak_allocated = 0;
+  Bytes peak_reserved = 0;
+  Bytes reserved_at_peak_allocated = 0;  // reserved when live bytes first reached their peak
+  double frag_at_peak = 0;
+  double avg_frag = 0;
+  std::optional<Bytes> min_capacity;
+  std::optional<double> overhead;
+  bool oom = false;
+  std::optional<std::size_t> oom_event;  // index into trace.events of the allocation that failed
+  std::string oom_message;
+  CallTally driver_calls;            // every call the allocator made, by kind
+  std::uint64_t driver_time_ns = 0;  // modelled (sim) or measured (host)
+  std::uint64_t syncs = 0;
+  double host_ns_per_op = 0;  // allocate/deallocate bookkeeping, driver time excluded
+  std::size_t events = 0;     // trace events replayed (initial blocks not counted)
+  // Driver calls made in each iteration the trace marks (empty when it marks none).
+  std::vector<std::uint64_t> calls_per_iteration;
+  std::vector<SeriesPoint> series;
+};
+
+// One replay at one capacity. An out-of-memory answer ends the replay and is reported in the result (oom);
+// any other failure (a bad trace, a driver error) is an error.
+Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options);
+
+// As replay(), then bisects the capacity to the granule for min_capacity and overhead.
+Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOptions& options);
+
+// The reference line: reserved equal to live bytes at every moment.
+ReplayResult ideal_result(const Trace& trace, Bytes granularity);
+
+}  // namespace tessera
