@@ -9,7 +9,7 @@ TESSERA_BUILD="${TESSERA_BUILD:-$TESSERA_ROOT/build}"
 TESSERA_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libboost-dev
 )
 
 tessera_install_packages() {

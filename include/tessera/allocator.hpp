@@ -29,8 +29,11 @@ struct AllocatorConfig {
   unsigned roundup_power2_divisions = 0;
   // Tessera: requests of at most this many bytes go to the small pool.
   Bytes small_max = 1 * MiB;
-  // Tessera: when the device is full, take the pages of idle cached blocks (after proving them idle).
-  bool reclaim = true;
+  // Tessera: when a block needs pages and none are pooled, whether to take the pages of idle cached blocks
+  // (after proving them idle) before creating new ones (first), only when no new page can be created
+  // (when_full), or never.
+  enum class Reclaim : std::uint8_t { never, when_full, first };
+  Reclaim reclaim = Reclaim::when_full;
   // Tessera: virtual space reserved per (stream, pool), as a multiple of the device capacity.
   unsigned virtual_factor = 2;
 

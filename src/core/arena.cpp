@@ -97,8 +97,12 @@ SlotRange Arena::inner_slots(const Block& block) const {
 
 void Arena::set_page(Region& region, std::size_t slot, PageId page) {
   assert(!region.is_mapped(slot));
-  if (slot >= region.pages.size()) region.pages.resize(std::max(slot + 1, region.pages.size() * 2), PageId{0});
+  if (slot >= region.pages.size()) {
+    region.pages.resize(std::max(slot + 1, region.pages.size() * 2), PageId{0});
+    region.mapped_bits.resize((region.pages.size() + 63) / 64, 0);
+  }
   region.pages[slot] = page;
+  region.mapped_bits[slot / 64] |= std::uint64_t{1} << (slot % 64);
   region.mapped += 1;
 }
 
@@ -106,6 +110,7 @@ PageId Arena::clear_page(Region& region, std::size_t slot) {
   const PageId page = region.pages[slot];
   assert(page != PageId{0});
   region.pages[slot] = PageId{0};
+  region.mapped_bits[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
   region.mapped -= 1;
   return page;
 }

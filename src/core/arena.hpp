@@ -36,11 +36,28 @@ struct Region {
   // One entry per granule slot up to the highest slot ever mapped (regions are sized for the whole device
   // and mostly untouched); PageId{0} where nothing is mapped.
   std::vector<PageId> pages;
+  std::vector<std::uint64_t> mapped_bits;  // bit per slot, for whole-range checks a word at a time
   std::size_t mapped = 0;
   Block* first_block = nullptr;
 
   bool is_mapped(std::size_t slot) const noexcept { return slot < pages.size() && pages[slot] != PageId{0}; }
   std::size_t table_size() const noexcept { return pages.size(); }
+
+  // Whether every slot of the range has a page: the allocator's fast-path test.
+  bool all_mapped(SlotRange range) const noexcept {
+    if (range.end() > pages.size()) return false;
+    std::size_t slot = range.first;
+    const std::size_t end = range.end();
+    while (slot < end) {
+      const std::size_t word = slot / 64;
+      const std::size_t bit = slot % 64;
+      const std::size_t width = std::min<std::size_t>(64 - bit, end - slot);
+      const std::uint64_t mask = (width == 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << width) - 1)) << bit;
+      if ((mapped_bits[word] & mask) != mask) return false;
+      slot += width;
+    }
+    return true;
+  }
   Address slot_address(std::size_t slot, Bytes granule) const noexcept { return base + slot * granule; }
 };
 
@@ -85,10 +102,10 @@ class Arena {
   StreamId stream_;
   MemoryPool pool_;
   Bytes granule_;
+  std::deque<Block> storage_;  // before free_: the index unlinks its blocks before they are destroyed
+  std::vector<Block*> spare_;
   std::vector<Region> regions_;
   FreeIndex free_;
-  std::deque<Block> storage_;
-  std::vector<Block*> spare_;
 };
 
 }  // namespace tessera::core

@@ -1,8 +1,10 @@
 // A block: a contiguous virtual range of one region, live (handed to a caller) or free in the cache.
 // Blocks of a region tile it and are linked in address order, so that a freed block merges with its
-// free neighbours in O(1).
+// free neighbours in O(1). A free block also sits in its arena's free index through an intrusive hook:
+// no host allocation on the fast path.
 #pragma once
 
+#include <boost/intrusive/set_hook.hpp>
 #include <cstdint>
 
 #include "tessera/types.hpp"
@@ -19,8 +21,10 @@ struct Block {
   bool live = false;
   bool pending = false;        // freed by the caller, waiting for events before it may be reused
   std::uint64_t freed_at = 0;  // the allocator's clock at the latest free that formed this block
+  boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> free_hook;
 
   Address end() const noexcept { return address + size; }
+  bool is_free() const noexcept { return !live && !pending; }
 };
 
 }  // namespace tessera::core

@@ -27,12 +27,6 @@ std::optional<Number> parse_number(std::string_view text) {
   return value;
 }
 
-std::optional<bool> parse_bool(std::string_view text) {
-  if (text == "true" || text == "True" || text == "1") return true;
-  if (text == "false" || text == "False" || text == "0") return false;
-  return std::nullopt;
-}
-
 const std::vector<Option>& option_table() {
   static const std::vector<Option> table = {
       {{"garbage_collection_threshold", "off",
@@ -60,12 +54,20 @@ const std::vector<Option>& option_table() {
          config.small_max = static_cast<Bytes>(*kib) * KiB;
          return std::nullopt;
        }},
-      {{"reclaim", "true",
-        "Tessera's: when the device is full, take the pages of idle cached blocks (true or false)"},
+      {{"reclaim", "when_full",
+        "Tessera's: take the pages of idle cached blocks before creating new ones (first), only when no "
+        "new page can be created (when_full), or never"},
        [](std::string_view value, AllocatorConfig& config) -> std::optional<std::string> {
-         auto on = parse_bool(value);
-         if (!on) return "expected true or false";
-         config.reclaim = *on;
+         using Reclaim = AllocatorConfig::Reclaim;
+         if (value == "first") {
+           config.reclaim = Reclaim::first;
+         } else if (value == "when_full") {
+           config.reclaim = Reclaim::when_full;
+         } else if (value == "never") {
+           config.reclaim = Reclaim::never;
+         } else {
+           return "expected first, when_full or never";
+         }
          return std::nullopt;
        }},
       {{"virtual_factor", "2",

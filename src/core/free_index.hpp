@@ -1,9 +1,9 @@
 // Placement (layer 3): the free blocks of one arena, ordered by size then address, so that the best fit
 // — the smallest block that holds the request, the lowest address among equals — is one lookup. Pure
-// host code: it never calls a driver.
+// host code: it never calls a driver. Intrusive: inserting and erasing allocate nothing.
 #pragma once
 
-#include <set>
+#include <boost/intrusive/set.hpp>
 
 #include "core/block.hpp"
 
@@ -11,42 +11,47 @@ namespace tessera::core {
 
 class FreeIndex {
  public:
-  void insert(Block* block) { blocks_.insert(block); }
-  void erase(Block* block) { blocks_.erase(block); }
-  bool contains(Block* block) const { return blocks_.count(block) != 0; }
+  FreeIndex() = default;
+  FreeIndex(const FreeIndex&) = delete;
+  FreeIndex& operator=(const FreeIndex&) = delete;
+  ~FreeIndex() { blocks_.clear(); }
+
+  void insert(Block* block) { blocks_.insert(*block); }
+  void erase(Block* block) { blocks_.erase(blocks_.iterator_to(*block)); }
+  static bool contains(const Block* block) { return block->free_hook.is_linked(); }
   std::size_t size() const noexcept { return blocks_.size(); }
 
   // The smallest free block of at least `size` bytes, lowest address first; null when none.
   Block* best_fit(Bytes size) const {
-    Block probe;
-    probe.size = size;
-    probe.address = 0;
-    auto found = blocks_.lower_bound(&probe);
-    return found == blocks_.end() ? nullptr : *found;
-  }
-
-  // Free blocks from the best fit upwards, for policies that look past the first candidate.
-  template <class Visit>
-  void visit_from(Bytes size, Visit&& visit) const {
-    Block probe;
-    probe.size = size;
-    for (auto it = blocks_.lower_bound(&probe); it != blocks_.end(); ++it) {
-      if (!visit(*it)) return;
-    }
+    auto found = blocks_.lower_bound(Key{size, 0}, KeyOrder{});
+    return found == blocks_.end() ? nullptr : const_cast<Block*>(&*found);
   }
 
   template <class Visit>
   void visit_all(Visit&& visit) const {
-    for (Block* block : blocks_) visit(block);
+    for (const Block& block : blocks_) visit(&block);
   }
 
  private:
+  struct Key {
+    Bytes size;
+    Address address;
+  };
   struct BySizeThenAddress {
-    bool operator()(const Block* left, const Block* right) const noexcept {
-      return left->size != right->size ? left->size < right->size : left->address < right->address;
+    bool operator()(const Block& left, const Block& right) const noexcept {
+      return left.size != right.size ? left.size < right.size : left.address < right.address;
     }
   };
-  std::set<Block*, BySizeThenAddress> blocks_;
+  struct KeyOrder {
+    bool operator()(const Block& block, const Key& key) const noexcept {
+      return block.size != key.size ? block.size < key.size : block.address < key.address;
+    }
+    bool operator()(const Key& key, const Block& block) const noexcept {
+      return key.size != block.size ? key.size < block.size : key.address < block.address;
+    }
+  };
+  using Hook = boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>;
+  boost::intrusive::set<Block, Hook, boost::intrusive::compare<BySizeThenAddress>> blocks_;
 };
 
 }  // namespace tessera::core

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/address_table.hpp"
 #include "core/arena.hpp"
 #include "core/stats_observer.hpp"
 #include "tessera/allocator.hpp"
@@ -99,17 +100,17 @@ class Allocator final : public TesseraAllocator {
 
   Result<void> deallocate(Address address) override {
     std::lock_guard lock(mutex_);
-    auto found = live_.find(address);
-    if (found == live_.end()) {
+    const LiveEntry* found = live_.find(address);
+    if (found == nullptr) {
       return make_error(Errc::not_found, fmt::format("tessera: deallocate of {:#x}, which is not a live block of this "
                                                      "allocator (a double free, or memory from elsewhere)",
                                                      address));
     }
-    auto [arena, block] = found->second;
+    auto [arena, block] = *found;
     const BlockEvent event = block_event(*arena, *block);
-    auto extra = extra_streams_.find(block);
+    auto extra = extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(block);
     if (extra == extra_streams_.end()) {
-      live_.erase(found);
+      live_.erase(address);
       arena->give_back(block, ++clock_);
       notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
       return {};
@@ -125,7 +126,7 @@ class Allocator final : public TesseraAllocator {
       pending.events.push_back(*recorded);
     }
     extra_streams_.erase(extra);
-    live_.erase(found);
+    live_.erase(address);
     arena->mark_pending(block);
     pending_.push_back(std::move(pending));
     notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
@@ -134,12 +135,12 @@ class Allocator final : public TesseraAllocator {
 
   Result<void> record_stream(Address address, StreamId stream) override {
     std::lock_guard lock(mutex_);
-    auto found = live_.find(address);
-    if (found == live_.end()) {
+    const LiveEntry* found = live_.find(address);
+    if (found == nullptr) {
       return make_error(Errc::not_found,
                         fmt::format("tessera: record_stream on {:#x}, which is not a live block", address));
     }
-    auto [arena, block] = found->second;
+    auto [arena, block] = *found;
     if (stream == arena->stream()) return {};
     auto& streams = extra_streams_[block];
     if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
@@ -221,6 +222,11 @@ class Allocator final : public TesseraAllocator {
   std::optional<std::string> check() const override;
 
  private:
+  struct LiveEntry {
+    Arena* arena = nullptr;
+    Block* block = nullptr;
+  };
+
   struct Pending {
     Arena* arena;
     Block* block;
@@ -289,7 +295,7 @@ class Allocator final : public TesseraAllocator {
       arena->give_back(block, block->freed_at);
       return std::move(backed).error();
     }
-    live_.emplace(block->address, std::pair{arena, block});
+    live_.insert(block->address, LiveEntry{arena, block});
     const BlockEvent event = block_event(*arena, *block);
     notify([&](AllocatorObserver& observer) { observer.block_allocated(event); });
     return block->address;
@@ -299,12 +305,11 @@ class Allocator final : public TesseraAllocator {
   Result<void> back_with_pages(Arena& arena, const Block& block) {
     Region& region = arena.region_of(block);
     const SlotRange touched = arena.touched_slots(block);
+    if (region.all_mapped(touched)) return {};  // the fast path: cached memory
     missing_.clear();
     for (std::size_t slot = touched.first; slot < touched.first + touched.count; ++slot) {
       if (!region.is_mapped(slot)) missing_.push_back(slot);
     }
-    if (missing_.empty()) return {};  // the fast path: cached memory
-
     auto obtained = obtain_pages(missing_.size());
     if (!obtained) return std::move(obtained).error();
     const std::size_t from_other_blocks = *obtained;
@@ -362,6 +367,18 @@ class Allocator final : public TesseraAllocator {
   // Fills the pool to `count` pages: new pages while the limit allows, then pages of idle cached blocks.
   // Returns how many came from other blocks.
   Result<std::size_t> obtain_pages(std::size_t count) {
+    using Reclaim = AllocatorConfig::Reclaim;
+    std::size_t reclaimed = 0;
+    auto take_idle = [&]() -> Result<void> {
+      if (pool_.size() >= count) return {};
+      auto taken = reclaim(count - pool_.size());
+      if (!taken) return std::move(taken).error();
+      reclaimed += *taken;
+      return {};
+    };
+    if (config_.reclaim == Reclaim::first) {
+      if (auto done = take_idle(); !done) return std::move(done).error();
+    }
     std::size_t created = 0;
     Result<void> failure;
     while (pool_.size() < count && held_ + granule_ <= limit_) {
@@ -376,11 +393,8 @@ class Allocator final : public TesseraAllocator {
     }
     if (created > 0) notify([&](AllocatorObserver& observer) { observer.pages_created(created, created * granule_); });
     if (!failure.ok()) return std::move(failure).error();
-    std::size_t reclaimed = 0;
-    if (pool_.size() < count && config_.reclaim) {
-      auto taken = reclaim(count - pool_.size());
-      if (!taken) return std::move(taken).error();
-      reclaimed = *taken;
+    if (config_.reclaim == Reclaim::when_full) {
+      if (auto done = take_idle(); !done) return std::move(done).error();
     }
     if (pool_.size() < count) {
       return make_error(Errc::out_of_memory,
@@ -515,7 +529,7 @@ class Allocator final : public TesseraAllocator {
   std::uint64_t clock_ = 0;
   std::vector<std::unique_ptr<Arena>> arenas_;
   std::unordered_map<std::uint64_t, Arena*> arena_by_key_;
-  std::unordered_map<Address, std::pair<Arena*, Block*>> live_;
+  core::AddressTable<LiveEntry> live_;
   std::unordered_map<const Block*, std::vector<StreamId>> extra_streams_;
   std::vector<Pending> pending_;
   std::vector<PageId> pool_;
@@ -543,7 +557,7 @@ std::optional<std::string> Allocator::check() const {
         if (block->address != expected) return fmt::format("region {:#x}: gap or overlap at {:#x}", region.base, expected);
         if (block->previous != previous) return fmt::format("block {:#x}: broken back link", block->address);
         const bool is_free = !block->live && !block->pending;
-        if (is_free != arena->free_blocks().contains(const_cast<Block*>(block))) {
+        if (is_free != core::FreeIndex::contains(block)) {
           return fmt::format("block {:#x}: free index disagrees", block->address);
         }
         if (is_free && previous != nullptr && !previous->live && !previous->pending) {
@@ -556,8 +570,8 @@ std::optional<std::string> Allocator::check() const {
           }
         }
         if (block->live) {
-          auto found = live_.find(block->address);
-          if (found == live_.end() || found->second.second != block) return fmt::format("block {:#x}: not in the live map", block->address);
+          const LiveEntry* found = live_.find(block->address);
+          if (found == nullptr || found->block != block) return fmt::format("block {:#x}: not in the live map", block->address);
           requested += block->requested;
           allocated += block->size;
           ++live_blocks;

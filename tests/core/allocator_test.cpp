@@ -295,11 +295,11 @@ TEST_F(AllocatorTest, AFailingSetAccessDuringAllocationLosesNothing) {
 
 TEST(AllocatorConfig, ParsesEveryKeyAndNamesTheBadOne) {
   const AllocatorConfig config = must(parse_allocator_config(
-      " garbage_collection_threshold:0.8, roundup_power2_divisions:8,small_max_kb:512,reclaim:false,virtual_factor:4"));
+      " garbage_collection_threshold:0.8, roundup_power2_divisions:8,small_max_kb:512,reclaim:never,virtual_factor:4"));
   EXPECT_DOUBLE_EQ(config.garbage_collection_threshold, 0.8);
   EXPECT_EQ(config.roundup_power2_divisions, 8u);
   EXPECT_EQ(config.small_max, 512 * KiB);
-  EXPECT_FALSE(config.reclaim);
+  EXPECT_EQ(config.reclaim, AllocatorConfig::Reclaim::never);
   EXPECT_EQ(config.virtual_factor, 4u);
   EXPECT_EQ(must(parse_allocator_config("")), AllocatorConfig{});
 
@@ -310,9 +310,9 @@ TEST(AllocatorConfig, ParsesEveryKeyAndNamesTheBadOne) {
       {"roundup_power2_divisions:3", "roundup_power2_divisions"},
       {"small_max_kb:1", "small_max_kb"},
       {"reclaim:maybe", "reclaim"},
-      {"reclaim:true,reclaim:false", "reclaim"},
+      {"reclaim:first,reclaim:never", "reclaim"},
       {"virtual_factor", "virtual_factor"},
-      {"reclaim:true,,virtual_factor:2", "empty"},
+      {"reclaim:first,,virtual_factor:2", "empty"},
   };
   for (const auto& [text, named] : bad) {
     auto parsed = parse_allocator_config(text);
