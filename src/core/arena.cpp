@@ -14,7 +14,16 @@ Block* Arena::new_block() {
   return &storage_.emplace_back();
 }
 
-void Arena::recycle(Block* block) { spare_.push_back(block); }
+void Arena::recycle(Block* block) {
+  if (block->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*block));
+  spare_.push_back(block);
+}
+
+Arena::~Arena() {
+  for (Block& block : storage_) {
+    if (block.reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(block));
+  }
+}
 
 void Arena::add_region(Address base, Bytes span) {
   Region region;
@@ -23,6 +32,7 @@ void Arena::add_region(Address base, Bytes span) {
   Block* block = new_block();
   block->address = base;
   block->size = span;
+  block->arena = this;
   block->region = static_cast<std::uint32_t>(regions_.size());
   region.first_block = block;
   regions_.push_back(std::move(region));
@@ -36,8 +46,12 @@ Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {
     Block* rest = new_block();
     rest->address = free_block->address + size;
     rest->size = free_block->size - size;
+    rest->arena = this;
     rest->region = free_block->region;
     rest->freed_at = free_block->freed_at;
+    if (free_block->reclaim_hook.is_linked()) {  // the rest keeps the block's age
+      reclaim_list_.insert(reclaim_list_.iterator_to(*free_block), *rest);
+    }
     rest->previous = free_block;
     rest->next = free_block->next;
     if (rest->next != nullptr) rest->next->previous = rest;
@@ -45,6 +59,7 @@ Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {
     free_block->size = size;
     free_.insert(rest);
   }
+  if (free_block->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*free_block));
   free_block->live = true;
   free_block->requested = requested;
   return free_block;
@@ -78,6 +93,9 @@ Block* Arena::give_back(Block* block, std::uint64_t clock) {
     recycle(after);
   }
   free_.insert(block);
+  // Freed now: the newest candidate for giving pages back.
+  if (block->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*block));
+  reclaim_list_.push_back(*block);
   return block;
 }
 

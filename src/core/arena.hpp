@@ -63,7 +63,11 @@ struct Region {
 
 class Arena {
  public:
-  Arena(StreamId stream, MemoryPool pool, Bytes granule) : stream_(stream), pool_(pool), granule_(granule) {}
+  // `reclaim_list` is shared by every arena of one allocator: free blocks that may hold idle pages, in the
+  // order they were freed. The arena keeps it current as blocks are carved and merged.
+  Arena(StreamId stream, MemoryPool pool, Bytes granule, ReclaimList& reclaim_list)
+      : stream_(stream), pool_(pool), granule_(granule), reclaim_list_(reclaim_list) {}
+  ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
@@ -102,6 +106,7 @@ class Arena {
   StreamId stream_;
   MemoryPool pool_;
   Bytes granule_;
+  ReclaimList& reclaim_list_;
   std::deque<Block> storage_;  // before free_: the index unlinks its blocks before they are destroyed
   std::vector<Block*> spare_;
   std::vector<Region> regions_;

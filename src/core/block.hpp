@@ -4,6 +4,8 @@
 // no host allocation on the fast path.
 #pragma once
 
+#include <boost/intrusive/list.hpp>
+#include <boost/intrusive/list_hook.hpp>
 #include <boost/intrusive/set_hook.hpp>
 #include <cstdint>
 
@@ -11,20 +13,28 @@
 
 namespace tessera::core {
 
+class Arena;
+
 struct Block {
   Address address = 0;
   Bytes size = 0;
   Bytes requested = 0;  // what the caller asked for; 0 while free
   Block* previous = nullptr;
   Block* next = nullptr;
+  Arena* arena = nullptr;
   std::uint32_t region = 0;
   bool live = false;
   bool pending = false;        // freed by the caller, waiting for events before it may be reused
   std::uint64_t freed_at = 0;  // the allocator's clock at the latest free that formed this block
   boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> free_hook;
+  // In the allocator's reclaim list while free and possibly holding idle pages, oldest freed first.
+  boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> reclaim_hook;
 
   Address end() const noexcept { return address + size; }
   bool is_free() const noexcept { return !live && !pending; }
 };
+
+using ReclaimList = boost::intrusive::list<
+    Block, boost::intrusive::member_hook<Block, decltype(Block::reclaim_hook), &Block::reclaim_hook>>;
 
 }  // namespace tessera::core

@@ -269,7 +269,7 @@ class Allocator final : public TesseraAllocator {
     const std::uint64_t key = (static_cast<std::uint64_t>(stream) << 1) | (pool == MemoryPool::small ? 1u : 0u);
     auto found = arena_by_key_.find(key);
     if (found != arena_by_key_.end()) return found->second;
-    arenas_.push_back(std::make_unique<Arena>(stream, pool, granule_));
+    arenas_.push_back(std::make_unique<Arena>(stream, pool, granule_, reclaim_list_));
     arena_by_key_.emplace(key, arenas_.back().get());
     return arenas_.back().get();
   }
@@ -406,20 +406,19 @@ class Allocator final : public TesseraAllocator {
   // Takes up to `count` idle pages, oldest freed first, into the pool, after proving their streams idle.
   Result<std::size_t> reclaim(std::size_t count) {
     idle_.clear();
-    for (const auto& arena : arenas_) {
-      arena->free_blocks().visit_all([&](const Block* block) {
-        const Region& region = arena->region_of(*block);
-        const SlotRange inner = arena->inner_slots(*block).below(region.table_size());
-        for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
-          if (region.is_mapped(slot)) idle_.push_back({block->freed_at, arena.get(), block->region, slot});
-        }
-      });
+    visited_.clear();
+    for (Block& block : reclaim_list_) {
+      if (idle_.size() >= count) break;
+      const Region& region = block.arena->region_of(block);
+      const SlotRange inner = block.arena->inner_slots(block).below(region.table_size());
+      for (std::size_t slot = inner.first; slot < inner.end() && idle_.size() < count; ++slot) {
+        if (region.is_mapped(slot)) idle_.push_back({block.freed_at, block.arena, block.region, slot});
+      }
+      visited_.push_back(&block);
     }
-    if (idle_.empty()) return std::size_t{0};
-    if (idle_.size() > count) {
-      std::nth_element(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(count), idle_.end(),
-                       [](const IdleSlot& a, const IdleSlot& b) { return a.freed_at < b.freed_at; });
-      idle_.resize(count);
+    if (idle_.empty()) {
+      drop_exhausted_candidates();
+      return std::size_t{0};
     }
     // The proof: every stream whose freed blocks give pages has finished the work queued before now.
     std::vector<StreamId> streams;
@@ -449,8 +448,22 @@ class Allocator final : public TesseraAllocator {
         observer.reclaimed(taken);
       });
     }
+    drop_exhausted_candidates();
     if (!failure.ok()) return std::move(failure).error();
     return taken;
+  }
+
+  // Blocks visited by reclaim that have no idle page left leave the reclaim list until they are freed or
+  // merged again, so that the list stays short.
+  void drop_exhausted_candidates() {
+    for (Block* block : visited_) {
+      const Region& region = block->arena->region_of(*block);
+      const SlotRange inner = block->arena->inner_slots(*block).below(region.table_size());
+      bool any = false;
+      for (std::size_t slot = inner.first; slot < inner.end() && !any; ++slot) any = region.is_mapped(slot);
+      if (!any) reclaim_list_.erase(reclaim_list_.iterator_to(*block));
+    }
+    visited_.clear();
   }
 
   // Releases pooled pages to the device until at most `keep` remain.
@@ -527,6 +540,7 @@ class Allocator final : public TesseraAllocator {
   Bytes limit_;
   Bytes held_ = 0;  // pages created and not released: mapped plus pooled
   std::uint64_t clock_ = 0;
+  core::ReclaimList reclaim_list_;  // before arenas_: the arenas unlink their blocks as they go
   std::vector<std::unique_ptr<Arena>> arenas_;
   std::unordered_map<std::uint64_t, Arena*> arena_by_key_;
   core::AddressTable<LiveEntry> live_;
@@ -537,6 +551,7 @@ class Allocator final : public TesseraAllocator {
   std::vector<AllocatorObserver*> observers_;
   std::vector<std::size_t> missing_;  // scratch, kept to avoid an allocation per slow path
   std::vector<IdleSlot> idle_;        // scratch
+  std::vector<Block*> visited_;       // scratch
 };
 
 std::optional<std::string> Allocator::check() const {
@@ -560,6 +575,13 @@ std::optional<std::string> Allocator::check() const {
         if (is_free != core::FreeIndex::contains(block)) {
           return fmt::format("block {:#x}: free index disagrees", block->address);
         }
+        if (is_free && !block->reclaim_hook.is_linked()) {
+          const SlotRange inner = arena->inner_slots(*block).below(region.table_size());
+          for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
+            if (region.is_mapped(slot)) return fmt::format("free block {:#x} holds idle pages but is not in the reclaim list", block->address);
+          }
+        }
+        if (!is_free && block->reclaim_hook.is_linked()) return fmt::format("block {:#x} is in use but in the reclaim list", block->address);
         if (is_free && previous != nullptr && !previous->live && !previous->pending) {
           return fmt::format("blocks {:#x} and {:#x}: free neighbours not merged", previous->address, block->address);
         }
