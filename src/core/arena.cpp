@@ -19,6 +19,14 @@ void Arena::recycle(Block* block) {
   spare_.push_back(block);
 }
 
+void Arena::index_insert(Block* block) {
+  if (block->next != nullptr) free_.insert(block);
+}
+
+void Arena::index_erase(Block* block) {
+  if (FreeIndex::contains(block)) free_.erase(block);
+}
+
 Arena::~Arena() {
   for (Block& block : storage_) {
     if (block.reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(block));
@@ -35,13 +43,13 @@ void Arena::add_region(Address base, Bytes span) {
   block->arena = this;
   block->region = static_cast<std::uint32_t>(regions_.size());
   region.first_block = block;
+  region.last_block = block;
   regions_.push_back(std::move(region));
-  free_.insert(block);
 }
 
 Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {
   assert(!free_block->live && !free_block->pending && free_block->size >= size);
-  free_.erase(free_block);
+  index_erase(free_block);
   if (free_block->size > size) {
     Block* rest = new_block();
     rest->address = free_block->address + size;
@@ -57,7 +65,8 @@ Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {
     if (rest->next != nullptr) rest->next->previous = rest;
     free_block->next = rest;
     free_block->size = size;
-    free_.insert(rest);
+    if (rest->next == nullptr) regions_[rest->region].last_block = rest;
+    index_insert(rest);
   }
   if (free_block->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*free_block));
   free_block->live = true;
@@ -76,23 +85,25 @@ Block* Arena::give_back(Block* block, std::uint64_t clock) {
   block->requested = 0;
   block->freed_at = clock;
   if (Block* before = block->previous; before != nullptr && !before->live && !before->pending) {
-    free_.erase(before);
+    index_erase(before);
     before->size += block->size;
     before->next = block->next;
     if (block->next != nullptr) block->next->previous = before;
     before->freed_at = std::max(before->freed_at, block->freed_at);
+    if (before->next == nullptr) regions_[before->region].last_block = before;
     recycle(block);
     block = before;
   }
   if (Block* after = block->next; after != nullptr && !after->live && !after->pending) {
-    free_.erase(after);
+    index_erase(after);
     block->size += after->size;
     block->next = after->next;
     if (after->next != nullptr) after->next->previous = block;
     block->freed_at = std::max(block->freed_at, after->freed_at);
+    if (block->next == nullptr) regions_[block->region].last_block = block;
     recycle(after);
   }
-  free_.insert(block);
+  index_insert(block);
   // Freed now: the newest candidate for giving pages back.
   if (block->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*block));
   reclaim_list_.push_back(*block);

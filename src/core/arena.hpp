@@ -39,6 +39,7 @@ struct Region {
   std::vector<std::uint64_t> mapped_bits;  // bit per slot, for whole-range checks a word at a time
   std::size_t mapped = 0;
   Block* first_block = nullptr;
+  Block* last_block = nullptr;  // when free: the region's untouched tail, kept out of the free index
 
   bool is_mapped(std::size_t slot) const noexcept { return slot < pages.size() && pages[slot] != PageId{0}; }
   std::size_t table_size() const noexcept { return pages.size(); }
@@ -78,12 +79,30 @@ class Arena {
   Region& region(std::uint32_t index) { return regions_[index]; }
   Region& region_of(const Block& block) { return regions_[block.region]; }
   const Region& region_of(const Block& block) const { return regions_[block.region]; }
-  const FreeIndex& free_blocks() const noexcept { return free_; }
+  // Every free block: those in the free index, then each region's free tail.
+  template <class Visit>
+  void visit_free(Visit&& visit) const {
+    free_.visit_all(visit);
+    for (const Region& region : regions_) {
+      if (region.last_block->is_free()) visit(region.last_block);
+    }
+  }
+
+  // A free block in the index: every free block but a region's last. The tail (the "top", as dlmalloc
+  // calls it) stays out so that growing and shrinking at the end of a region costs no index update.
+  static bool indexed(const Block* block) { return FreeIndex::contains(block); }
 
   // A newly reserved range becomes one free block.
   void add_region(Address base, Bytes span);
 
-  Block* best_fit(Bytes size) const { return free_.best_fit(size); }
+  // The smallest indexed free block that holds `size`; failing that, the first region tail that does.
+  Block* best_fit(Bytes size) const {
+    if (Block* found = free_.best_fit(size)) return found;
+    for (const Region& region : regions_) {
+      if (region.last_block->is_free() && region.last_block->size >= size) return region.last_block;
+    }
+    return nullptr;
+  }
 
   // Carves `size` bytes from the low end of a free block; the rest stays free. The block returned is live.
   Block* take(Block* free_block, Bytes size, Bytes requested);
@@ -102,6 +121,8 @@ class Arena {
  private:
   Block* new_block();
   void recycle(Block* block);
+  void index_insert(Block* block);  // no-op for a region's last block
+  void index_erase(Block* block);
 
   StreamId stream_;
   MemoryPool pool_;

@@ -175,7 +175,7 @@ class Allocator final : public TesseraAllocator {
     TesseraStats stats = stats_.stats();
     stats.cached_bytes = 0;
     for (const auto& arena : arenas_) {
-      arena->free_blocks().visit_all([&](const Block* block) {
+      arena->visit_free([&](const Block* block) {
         const Region& region = arena->region_of(*block);
         const SlotRange inner = arena->inner_slots(*block).below(region.table_size());
         for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
@@ -572,7 +572,7 @@ std::optional<std::string> Allocator::check() const {
         if (block->address != expected) return fmt::format("region {:#x}: gap or overlap at {:#x}", region.base, expected);
         if (block->previous != previous) return fmt::format("block {:#x}: broken back link", block->address);
         const bool is_free = !block->live && !block->pending;
-        if (is_free != core::FreeIndex::contains(block)) {
+        if ((is_free && block->next != nullptr) != Arena::indexed(block)) {
           return fmt::format("block {:#x}: free index disagrees", block->address);
         }
         if (is_free && !block->reclaim_hook.is_linked()) {
@@ -602,6 +602,7 @@ std::optional<std::string> Allocator::check() const {
         previous = block;
       }
       if (expected != region.base + region.span) return fmt::format("region {:#x}: blocks end at {:#x}", region.base, expected);
+      if (previous != region.last_block) return fmt::format("region {:#x}: last block is not the tail", region.base);
     }
   }
   const TesseraStats& stats = stats_.stats();

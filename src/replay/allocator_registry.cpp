@@ -1,12 +1,20 @@
-// The allocators a replay can run, by name.
+// The allocators a replay can run, by name: Tessera's and the baseline models.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
+#include "tessera/baselines.hpp"
 #include "tessera/replay.hpp"
 
 namespace tessera {
 
-std::vector<std::string_view> replay_allocator_names() { return {"tessera", "ideal"}; }
+std::vector<std::string_view> replay_allocator_names() {
+  std::vector<std::string_view> names{"tessera"};
+  for (std::string_view baseline : baseline_names()) names.push_back(baseline);
+  names.push_back("ideal");
+  return names;
+}
 
 Result<std::unique_ptr<DeviceAllocator>> make_replay_allocator(std::string_view name, Driver& driver,
                                                                const AllocatorConfig& tessera_config) {
@@ -18,6 +26,8 @@ Result<std::unique_ptr<DeviceAllocator>> make_replay_allocator(std::string_view 
   if (name == "ideal") {
     return make_error(Errc::invalid_argument, "'ideal' is a reference line computed from the trace, not an allocator");
   }
+  const auto baselines = baseline_names();
+  if (std::find(baselines.begin(), baselines.end(), name) != baselines.end()) return make_baseline(name, driver);
   return make_error(Errc::invalid_argument, fmt::format("unknown allocator '{}': expected one of {}", name,
                                                         fmt::join(replay_allocator_names(), ", ")));
 }

@@ -1,0 +1,261 @@
+// The machinery the three baseline models share, as PyTorch's DeviceCachingAllocator has it
+// (c10/cuda/CUDACachingAllocator.cpp, PyTorch 2.5): request rounding and segment sizing, best-fit search
+// in per-pool sets ordered by (stream, size, address), splitting a found block, merging a freed block with
+// its free neighbours in the same segment, cross-stream frees that wait for events, the statistics, and
+// segments of pages made through the driver. Each model composes these steps into its own allocate() and
+// out-of-memory ladder.
+//
+// Single-threaded by design: the replay drives a model from one thread, and nothing here locks.
+#pragma once
+
+#include <deque>
+#include <memory_resource>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "baselines/address_map.hpp"
+#include "baselines/blocks.hpp"
+#include "baselines/device_memory.hpp"
+#include "baselines/node_recycler.hpp"
+#include "tessera/baselines.hpp"
+
+namespace tessera::baselines {
+
+// PyTorch's constants.
+inline constexpr Bytes kMinBlockSize = 512;      // every size is rounded to a multiple of 512 B
+inline constexpr Bytes kSmallSize = 1 * MiB;     // the largest request of the small pool
+inline constexpr Bytes kSmallBuffer = 2 * MiB;   // small requests are packed in 2 MiB segments
+inline constexpr Bytes kLargeBuffer = 20 * MiB;  // requests under 10 MiB get 20 MiB segments
+inline constexpr Bytes kMinLargeAlloc = 10 * MiB;
+inline constexpr Bytes kRoundLarge = 2 * MiB;  // larger segments are rounded up to 2 MiB
+
+// PyTorch's round_size with roundup_power2_divisions (0 or 1: off).
+Bytes round_size(Bytes size, std::size_t divisions) noexcept;
+// PyTorch's get_allocation_size: the size of the segment a miss allocates.
+Bytes allocation_size(Bytes rounded) noexcept;
+
+// A range of pages made through the driver for one model segment (cudaMalloc's result, or GMLake's chunks).
+struct Segment {
+  Address base = 0;
+  Bytes size = 0;       // as the allocator sees it (the segment size PyTorch reports)
+  Bytes page_size = 0;  // pages cover align_up(size, granule)
+  std::vector<PageId> pages;
+  StreamId stream{};
+  PoolKind pool = PoolKind::large;
+  bool live = false;
+};
+
+class CachingCore : public DeviceAllocator {
+ public:
+  ~CachingCore() override;
+  CachingCore(const CachingCore&) = delete;
+  CachingCore& operator=(const CachingCore&) = delete;
+
+  std::string_view name() const noexcept final { return name_; }
+  Result<void> deallocate(Address block) final;
+  Result<void> record_stream(Address block, StreamId stream) final;
+  AllocatorStats stats() const final;
+
+ protected:
+  CachingCore(std::string name, Driver& driver, const BaselineOptions& options);
+
+  // What a best-fit search found.
+  enum class Search : std::uint8_t {
+    found,
+    none,     // no free block of this stream is large enough
+    refused,  // one is, but the max_split_size rules refuse it
+  };
+
+  BlockPool& pool_for(Bytes rounded) noexcept { return rounded <= kSmallSize ? small_ : large_; }
+  PoolKind kind_of(const BlockPool& pool) const noexcept { return pool.is_small ? PoolKind::small : PoolKind::large; }
+  BlockPool& pool_of(const Block& block) noexcept { return block.pool == PoolKind::small ? small_ : large_; }
+
+  // PyTorch's get_free_block: best fit by (stream, size, address), the oversize rules, and with
+  // expandable segments the preference for blocks that can grow less. Takes the block out of its pool.
+  Search get_free_block(BlockPool& pool, StreamId stream, Bytes size, bool expandable, BlockId& found);
+  // Splits the front `size` bytes off a found block when `split`, keeps the rest free, and hands the front
+  // out: allocated, in the live map, counted. `charged` is what allocated_bytes counts (0: the block size).
+  Address alloc_found_block(BlockId id, Bytes size, Bytes requested, bool split, Bytes charged = 0);
+  // Merges a block whose use has ended with its free neighbours and puts it back in its pool.
+  void free_block(BlockId id);
+  // PyTorch's try_merge_blocks; returns the bytes taken over (0: not merged).
+  Bytes try_merge(BlockId dst, BlockId src);
+  void insert_into_pool(BlockId id);
+  void erase_from_pool(BlockId id);
+
+  // Cross-stream frees.
+  void process_events();               // at the start of every allocate, as PyTorch does
+  void synchronize_and_free_events();  // the OOM ladder and empty_cache
+  bool has_pending_events() const noexcept { return pending_event_count_ != 0; }
+
+  // Hooks for the models.
+  // A block whose use has ended (freed, and its events complete): back to the cache. `direct`: freed
+  // without stream uses, at the moment of the free.
+  virtual void return_block(BlockId id, bool direct) {
+    (void)direct;
+    free_block(id);
+  }
+  // try_merge took `src` over into `dst`; `src` is about to be destroyed.
+  virtual void on_merge(BlockId dst, BlockId src) {
+    (void)dst;
+    (void)src;
+  }
+
+  // Segments of pages (cudaMalloc and GMLake's chunked segments). Counts reserved bytes and
+  // num_device_alloc, and tells the observer.
+  Result<std::uint32_t> create_segment(Bytes size, Bytes page_size, AccessCalls access, StreamId stream, PoolKind pool);
+  // A block spanning a whole segment, free and in no pool.
+  BlockId make_segment_block(std::uint32_t segment);
+  // Unmaps and releases every page and the reservation (cudaFree). With `synchronize`, waits for the
+  // device first, as cudaFree does implicitly; false (and nothing released) when that wait fails, since
+  // nothing is unmapped without proof that the device is done with it.
+  bool release_segment(std::uint32_t segment, bool synchronize);
+  Segment& segment(std::uint32_t id) noexcept { return segments_[id]; }
+  const Segment& segment(std::uint32_t id) const noexcept { return segments_[id]; }
+  std::size_t segment_count() const noexcept { return segments_.size(); }
+
+  // Accounting.
+  void add_reserved(Bytes bytes) noexcept;
+  void remove_reserved(Bytes bytes) noexcept { reserved_ -= bytes; }
+  Bytes reserved() const noexcept { return reserved_; }  // PyTorch's total_allocated_memory
+  void notify(SegmentEvent::Kind kind, Address address, Bytes size, StreamId stream, PoolKind pool) const;
+
+  // Options and their consequences.
+  const BaselineOptions& options() const noexcept { return options_; }
+  bool fraction_set() const noexcept { return options_.memory_fraction > 0.0; }
+  Bytes allowed_memory_maximum() const noexcept;
+  bool gc_enabled() const noexcept { return fraction_set() && options_.garbage_collection_threshold > 0.0; }
+  // A segment of `size` more would pass the memory fraction (PyTorch's set_fraction check).
+  bool over_fraction(Bytes size) const noexcept {
+    return fraction_set() && reserved_ + size > allowed_memory_maximum();
+  }
+  // PyTorch's garbage_collect_cached_blocks: frees unsplit large blocks, oldest first, until the reserved
+  // bytes are under the threshold. `release` gives one such block's segment back.
+  template <class Release>
+  void garbage_collect_cached_blocks(Release&& release);
+  // PyTorch's release_available_cached_blocks: with max_split_size set, gives back one whole cached
+  // segment of at least the request (or of max_split_size), else the largest oversize ones of this stream
+  // until enough is freed. True when enough was given back.
+  template <class Release>
+  bool release_available_cached_blocks(BlockPool& pool, StreamId stream, Bytes size, Release&& release);
+  // PyTorch's release_blocks without expandable segments: gives back every cached whole segment.
+  template <class Release>
+  void release_whole_blocks(BlockPool& pool, Release&& release);
+
+  Error zero_size_error() const;
+  Error out_of_memory(Bytes size, Bytes rounded, Bytes segment_size, StreamId stream);
+
+  // Frees everything the model holds; the derived destructors call it while their hooks still exist.
+  void release_everything();
+  virtual void release_model_memory() = 0;
+
+  std::string name_;
+  Driver& driver_;
+  BaselineOptions options_;
+  DeviceMemory memory_;
+  NodeRecycler node_pool_;  // before every container that uses it
+  BlockStore blocks_;
+  BlockPool small_{true, &node_pool_};
+  BlockPool large_{false, &node_pool_};
+  AddressMap live_;  // allocated blocks by address
+  AllocatorStats stats_;
+
+ private:
+  struct PendingFree {
+    EventId event;
+    BlockId block;
+  };
+  struct StreamEvents {
+    StreamId stream;
+    std::deque<PendingFree> entries;
+  };
+
+  Result<void> insert_events(BlockId id);
+  void complete_free(BlockId id, bool direct);
+  StreamEvents& events_of(StreamId stream);
+
+  std::vector<StreamEvents> pending_;  // PyTorch's cuda_events: per stream, in record order
+  std::size_t pending_event_count_ = 0;
+  std::deque<Segment> segments_;
+  std::vector<std::uint32_t> free_segments_;
+  Bytes reserved_ = 0;
+  bool released_ = false;
+};
+
+template <class Release>
+void CachingCore::garbage_collect_cached_blocks(Release&& release) {
+  const auto gc_threshold =
+      static_cast<Bytes>(options_.garbage_collection_threshold * static_cast<double>(allowed_memory_maximum()));
+  if (reserved_ <= gc_threshold) return;
+  const Bytes target = reserved_ - gc_threshold;
+  Bytes reclaimed = 0;
+
+  auto age = [&](const PoolKey& key) {
+    return static_cast<std::size_t>(large_.get_free_blocks_call_count - blocks_[key.id].gc_count_base);
+  };
+  std::size_t total_age = 0;
+  int freeable = 0;
+  for (const PoolKey& key : large_.blocks) {
+    if (!blocks_[key.id].is_split()) {
+      total_age += age(key);
+      ++freeable;
+    }
+  }
+  if (freeable == 0) return;
+
+  // Free blocks at or above the mean age, again and again, until enough is reclaimed.
+  bool freed = true;
+  while (reclaimed < target && freed && freeable > 0) {
+    const double threshold = static_cast<double>(total_age) / freeable;
+    freed = false;
+    for (auto it = large_.blocks.begin(); it != large_.blocks.end();) {
+      const PoolKey key = *it;
+      ++it;
+      if (blocks_[key.id].is_split() || static_cast<double>(age(key)) < threshold) continue;
+      freed = true;
+      reclaimed += key.size;
+      total_age -= age(key);
+      --freeable;
+      release(key.id);
+    }
+  }
+}
+
+template <class Release>
+bool CachingCore::release_available_cached_blocks(BlockPool& pool, StreamId stream, Bytes size, Release&& release) {
+  const Bytes max_split = options_.max_split_size;
+  if (max_split == unlimited_split_size) return false;
+  const Bytes wanted = size < max_split ? max_split : size;
+  auto it = pool.blocks.lower_bound(PoolKey{stream_key(stream), wanted, 0, no_block});
+  if (it != pool.blocks.end() && it->stream == stream_key(stream)) {
+    if (blocks_[it->id].is_split()) return false;  // only whole segments can be given back
+    release(it->id);
+    return true;
+  }
+  // No single block is large enough: free oversize blocks of this stream, largest first.
+  if (it == pool.blocks.begin()) return false;
+  Bytes released = 0;
+  --it;
+  while (released < wanted && it->size >= max_split && it->stream == stream_key(stream) &&
+         !blocks_[it->id].is_split()) {
+    const BlockId id = it->id;
+    released += it->size;
+    const bool first = it == pool.blocks.begin();
+    if (!first) --it;
+    release(id);
+    if (first) break;
+  }
+  return released >= wanted;
+}
+
+template <class Release>
+void CachingCore::release_whole_blocks(BlockPool& pool, Release&& release) {
+  for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
+    const BlockId id = it->id;
+    ++it;
+    if (!blocks_[id].is_split()) release(id);
+  }
+}
+
+}  // namespace tessera::baselines

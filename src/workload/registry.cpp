@@ -1,0 +1,52 @@
+// The workloads by name: the public entry points of include/tessera/workload.hpp.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tessera/workload.hpp"
+#include "workload/workloads.hpp"
+
+namespace tessera {
+namespace {
+
+using Generator = Result<Trace> (*)(const workload::Parameters&);
+
+struct Entry {
+  WorkloadDescription description;
+  Generator generate;
+};
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> all = {
+      {workload::training_description(), workload::generate_training},
+      {workload::moe_description(), workload::generate_moe},
+      {workload::inference_description(), workload::generate_inference},
+      {workload::finetune_description(), workload::generate_finetune},
+  };
+  return all;
+}
+
+}  // namespace
+
+const std::vector<WorkloadDescription>& workloads() {
+  static const std::vector<WorkloadDescription> descriptions = [] {
+    std::vector<WorkloadDescription> result;
+    for (const Entry& entry : entries()) result.push_back(entry.description);
+    return result;
+  }();
+  return descriptions;
+}
+
+Result<Trace> generate_workload(std::string_view name, const std::map<std::string, std::string>& settings) {
+  for (const Entry& entry : entries()) {
+    if (entry.description.name != name) continue;
+    auto parameters = workload::Parameters::resolve(entry.description, settings);
+    if (!parameters) return std::move(parameters).error();
+    return entry.generate(*parameters);
+  }
+  std::vector<std::string_view> names;
+  for (const Entry& entry : entries()) names.emplace_back(entry.description.name);
+  return make_error(Errc::invalid_argument,
+                    fmt::format("unknown workload '{}' (workloads: {})", name, fmt::join(names, ", ")));
+}
+
+}  // namespace tessera
