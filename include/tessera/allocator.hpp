@@ -29,6 +29,12 @@ struct AllocatorConfig {
   unsigned roundup_power2_divisions = 0;
   // Tessera: requests of at most this many bytes go to the small pool.
   Bytes small_max = 1 * MiB;
+  // Tessera: the largest page created at once (a whole number of granules; the granule itself when
+  // smaller). Above the granule, the inside of a large block gets one page, and while at most half the
+  // limit is held a new page may run on into the free space after the block, as expandable segments grow.
+  // Fewer, larger pages cost fewer driver calls, but a page goes back only when all of it is idle, so the
+  // default, 0, keeps one granule per page: least memory (docs/allocator.md has the trade-off measured).
+  Bytes page_max = 0;
   // Tessera: when a block needs pages and none are pooled, whether to take the pages of idle cached blocks
   // (after proving them idle) before creating new ones (first), only when no new page can be created
   // (when_full), or never.

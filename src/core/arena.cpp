@@ -124,23 +124,32 @@ SlotRange Arena::inner_slots(const Block& block) const {
   return end > first ? SlotRange{first, end - first} : SlotRange{};
 }
 
-void Arena::set_page(Region& region, std::size_t slot, PageId page) {
-  assert(!region.is_mapped(slot));
-  if (slot >= region.pages.size()) {
-    region.pages.resize(std::max(slot + 1, region.pages.size() * 2), PageId{0});
-    region.mapped_bits.resize((region.pages.size() + 63) / 64, 0);
+void Arena::set_page(Region& region, std::size_t head, Page page) {
+  const std::size_t end = head + page.granules;
+  if (end > region.pages.size()) {
+    const std::size_t size = std::max(end, region.pages.size() * 2);
+    region.pages.resize(size, PageId{0});
+    region.page_granules.resize(size, 0);
+    region.mapped_bits.resize((size + 63) / 64, 0);
   }
-  region.pages[slot] = page;
-  region.mapped_bits[slot / 64] |= std::uint64_t{1} << (slot % 64);
-  region.mapped += 1;
+  for (std::size_t slot = head; slot < end; ++slot) {
+    assert(!region.is_mapped(slot));
+    region.pages[slot] = page.id;
+    region.mapped_bits[slot / 64] |= std::uint64_t{1} << (slot % 64);
+  }
+  region.page_granules[head] = page.granules;
+  region.mapped += page.granules;
 }
 
-PageId Arena::clear_page(Region& region, std::size_t slot) {
-  const PageId page = region.pages[slot];
-  assert(page != PageId{0});
-  region.pages[slot] = PageId{0};
-  region.mapped_bits[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
-  region.mapped -= 1;
+Page Arena::clear_page(Region& region, std::size_t head) {
+  const Page page{region.pages[head], region.page_granules[head]};
+  assert(page.granules > 0);
+  for (std::size_t slot = head; slot < head + page.granules; ++slot) {
+    region.pages[slot] = PageId{0};
+    region.mapped_bits[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
+  }
+  region.page_granules[head] = 0;
+  region.mapped -= page.granules;
   return page;
 }
 

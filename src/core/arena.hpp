@@ -14,6 +14,7 @@
 
 #include "core/block.hpp"
 #include "core/free_index.hpp"
+#include "core/page_pool.hpp"
 #include "tessera/allocator_observer.hpp"
 #include "tessera/driver.hpp"
 
@@ -34,14 +35,18 @@ struct Region {
   Address base = 0;
   Bytes span = 0;
   // One entry per granule slot up to the highest slot ever mapped (regions are sized for the whole device
-  // and mostly untouched); PageId{0} where nothing is mapped.
+  // and mostly untouched); PageId{0} where nothing is mapped. A page of k granules fills k slots; its
+  // first slot (the head) records k in page_granules, the others 0.
   std::vector<PageId> pages;
+  std::vector<std::uint32_t> page_granules;
   std::vector<std::uint64_t> mapped_bits;  // bit per slot, for whole-range checks a word at a time
   std::size_t mapped = 0;
   Block* first_block = nullptr;
   Block* last_block = nullptr;  // when free: the region's untouched tail, kept out of the free index
 
   bool is_mapped(std::size_t slot) const noexcept { return slot < pages.size() && pages[slot] != PageId{0}; }
+  // The page size in granules if a page starts at `slot`, else 0.
+  std::uint32_t page_at(std::size_t slot) const noexcept { return slot < pages.size() ? page_granules[slot] : 0; }
   std::size_t table_size() const noexcept { return pages.size(); }
 
   // Whether every slot of the range has a page: the allocator's fast-path test.
@@ -115,8 +120,10 @@ class Arena {
   SlotRange touched_slots(const Block& block) const;
   SlotRange inner_slots(const Block& block) const;
 
-  void set_page(Region& region, std::size_t slot, PageId page);
-  PageId clear_page(Region& region, std::size_t slot);
+  // Records a page of `granules` granules mapped from slot `head` on.
+  void set_page(Region& region, std::size_t head, Page page);
+  // Forgets the page that starts at slot `head`, and answers it.
+  Page clear_page(Region& region, std::size_t head);
 
  private:
   Block* new_block();

@@ -54,6 +54,15 @@ const std::vector<Option>& option_table() {
          config.small_max = static_cast<Bytes>(*kib) * KiB;
          return std::nullopt;
        }},
+      {{"page_max_mb", "0",
+        "Tessera's: the largest page created at once, in MiB (0 to 1024; 0, or anything up to the granule, "
+        "means one granule per page: least memory; larger: fewer driver calls)"},
+       [](std::string_view value, AllocatorConfig& config) -> std::optional<std::string> {
+         auto mib = parse_number<std::uint64_t>(value);
+         if (!mib || *mib > 1024) return "expected a whole number of MiB from 0 to 1024";
+         config.page_max = static_cast<Bytes>(*mib) * MiB;
+         return std::nullopt;
+       }},
       {{"reclaim", "when_full",
         "Tessera's: take the pages of idle cached blocks before creating new ones (first), only when no "
         "new page can be created (when_full), or never"},

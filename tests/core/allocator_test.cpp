@@ -270,7 +270,7 @@ TEST_F(AllocatorTest, GarbageCollectionKeepsTheFootprintUnderTheThreshold) {
 }
 
 TEST_F(AllocatorTest, AFailingMapDuringAllocationLosesNothing) {
-  make(16 * granule);
+  make(16 * granule);  // one page per granule: four maps
   faults_->fail(DriverCall::map, 2);
   auto failed = allocator_->allocate(4 * granule, default_stream);
   ASSERT_FALSE(failed.ok());
@@ -293,6 +293,56 @@ TEST_F(AllocatorTest, AFailingSetAccessDuringAllocationLosesNothing) {
   must(allocator_->deallocate(must(allocator_->allocate(3 * granule, default_stream))));
 }
 
+TEST_F(AllocatorTest, WithLargePagesTheInsideOfALargeBlockIsOnePage) {
+  make(64 * granule, must(parse_allocator_config("small_max_kb:64,page_max_mb:32")));
+  const Address block = must(allocator_->allocate(10 * granule, default_stream));
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_page), 1u) << "one page for the whole block";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 1u);
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::set_access), 1u);
+  fill(block, 10 * granule, 3);
+  EXPECT_TRUE(holds(block, 10 * granule, 3));
+  must(allocator_->deallocate(block));
+}
+
+TEST_F(AllocatorTest, WithLargePagesGrowthMapsAheadWhileThereIsRoom) {
+  make(64 * granule, must(parse_allocator_config("small_max_kb:32,page_max_mb:1")));  // pages of 16 granules
+  const Address first = must(allocator_->allocate(3 * granule, default_stream));
+  EXPECT_EQ(allocator_->stats().reserved_bytes, 16 * granule) << "one page runs on past the block";
+  const std::uint64_t calls = driver_->tally().total_calls();
+  const Address second = must(allocator_->allocate(5 * granule, default_stream));
+  EXPECT_EQ(second, first + 3 * granule);
+  EXPECT_EQ(driver_->tally().total_calls(), calls) << "the next block found its page already mapped";
+  must(allocator_->deallocate(first));
+  must(allocator_->deallocate(second));
+}
+
+TEST_F(AllocatorTest, ALargePageGoesBackOnlyWhenAllOfItIsIdle) {
+  make(64 * granule, must(parse_allocator_config("small_max_kb:64,page_max_mb:32")));
+  const Address first = must(allocator_->allocate(8 * granule, default_stream));
+  must(allocator_->deallocate(first));
+  const Address part = must(allocator_->allocate(2 * granule, default_stream));
+  ASSERT_EQ(part, first) << "best fit reuses the front of the cached block";
+  must(allocator_->empty_cache());
+  EXPECT_EQ(allocator_->stats().reserved_bytes, 8 * granule) << "the live block pins its whole page";
+  must(allocator_->deallocate(part));
+  must(allocator_->empty_cache());
+  EXPECT_EQ(allocator_->stats().reserved_bytes, 0u);
+}
+
+TEST_F(AllocatorTest, NearTheLimitPooledPagesTooLargeForTheHoleAreTradedForGranulePages) {
+  make(8 * granule, must(parse_allocator_config("small_max_kb:64,page_max_mb:32")));
+  const Address big = must(allocator_->allocate(6 * granule, default_stream));  // one page of 6
+  const Address small = must(allocator_->allocate(2 * granule, StreamId{1}));    // one page of 2
+  must(allocator_->deallocate(big));
+  must(allocator_->empty_cache());  // the 6-granule page goes back; 6 granules are free on the device
+  const Address other = must(allocator_->allocate(3 * granule + 100, StreamId{1}));
+  fill(other, 3 * granule + 100, 4);
+  EXPECT_TRUE(holds(other, 3 * granule + 100, 4));
+  EXPECT_LE(allocator_->stats().reserved_bytes, 8 * granule);
+  must(allocator_->deallocate(small));
+  must(allocator_->deallocate(other));
+}
+
 TEST(AllocatorConfig, ParsesEveryKeyAndNamesTheBadOne) {
   const AllocatorConfig config = must(parse_allocator_config(
       " garbage_collection_threshold:0.8, roundup_power2_divisions:8,small_max_kb:512,reclaim:never,virtual_factor:4"));
@@ -309,6 +359,7 @@ TEST(AllocatorConfig, ParsesEveryKeyAndNamesTheBadOne) {
       {"garbage_collection_threshold:abc", "garbage_collection_threshold"},
       {"roundup_power2_divisions:3", "roundup_power2_divisions"},
       {"small_max_kb:1", "small_max_kb"},
+      {"page_max_mb:4096", "page_max_mb"},
       {"reclaim:maybe", "reclaim"},
       {"reclaim:first,reclaim:never", "reclaim"},
       {"virtual_factor", "virtual_factor"},

@@ -1,0 +1,180 @@
+// What the allocator can tell about itself: statistics, the snapshot, the out-of-memory report, and
+// check(), which recomputes every invariant from scratch.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/tessera_allocator.hpp"
+
+namespace tessera::core {
+
+namespace {
+
+// Bytes of mapped slots wholly inside free blocks: cached memory no live block uses.
+Bytes idle_mapped_bytes(const Arena& arena, Bytes granule) {
+  Bytes idle = 0;
+  arena.visit_free([&](const Block* block) {
+    const Region& region = arena.region_of(*block);
+    const SlotRange inner = arena.inner_slots(*block).below(region.table_size());
+    for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
+      if (region.is_mapped(slot)) idle += granule;
+    }
+  });
+  return idle;
+}
+
+}  // namespace
+
+AllocatorStats TesseraAllocatorImpl::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_.stats().common;
+}
+
+TesseraStats TesseraAllocatorImpl::tessera_stats() const {
+  std::lock_guard lock(mutex_);
+  TesseraStats stats = stats_.stats();
+  stats.cached_bytes = 0;
+  for (const auto& arena : arenas_) stats.cached_bytes += idle_mapped_bytes(*arena, granule_);
+  return stats;
+}
+
+AllocatorSnapshot TesseraAllocatorImpl::snapshot() const {
+  std::lock_guard lock(mutex_);
+  AllocatorSnapshot snapshot;
+  snapshot.pooled_bytes = pool_.granules() * granule_;
+  for (const auto& arena : arenas_) {
+    for (const Region& region : arena->regions()) {
+      SnapshotSegment segment{region.base, region.span, region.mapped * granule_, arena->stream(), arena->pool(), {}};
+      for (const Block* block = region.first_block; block != nullptr; block = block->next) {
+        using State = SnapshotBlock::State;
+        const State state = block->live ? State::active_allocated : block->pending ? State::active_pending_free : State::inactive;
+        Bytes mapped = 0;
+        const SlotRange touched = arena->touched_slots(*block).below(region.table_size());
+        for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
+          if (!region.is_mapped(slot)) continue;
+          const Address start = std::max(block->address, region.slot_address(slot, granule_));
+          const Address end = std::min(block->end(), region.slot_address(slot, granule_) + granule_);
+          mapped += end - start;
+        }
+        segment.blocks.push_back({block->address, block->size, block->requested, state, mapped});
+      }
+      snapshot.segments.push_back(std::move(segment));
+    }
+  }
+  return snapshot;
+}
+
+Error TesseraAllocatorImpl::out_of_memory(Bytes requested, std::string_view why) {
+  notify([&](AllocatorObserver& observer) { observer.out_of_memory(requested); });
+  const TesseraStats& stats = stats_.stats();
+  Bytes cached = pool_.granules() * granule_;
+  for (const auto& arena : arenas_) cached += idle_mapped_bytes(*arena, granule_);
+  return make_error(Errc::out_of_memory,
+                    fmt::format("tessera: out of memory allocating {} bytes ({}): {} bytes allocated, {} reserved, "
+                                "{} cached and unused, {} free on the device (limit {})",
+                                requested, why, stats.common.allocated_bytes, held_, cached,
+                                limit_ - std::min(limit_, held_), limit_));
+}
+
+namespace {
+
+// The page table of one region: every mapped slot belongs to exactly one page that starts at a head slot.
+std::optional<std::string> check_page_table(const Region& region, std::size_t& mapped_slots) {
+  std::size_t counted = 0;
+  for (std::size_t slot = 0; slot < region.table_size();) {
+    const std::uint32_t size = region.page_at(slot);
+    if (size == 0) {
+      if (region.is_mapped(slot)) return fmt::format("region {:#x}: slot {} is mapped outside any page", region.base, slot);
+      ++slot;
+      continue;
+    }
+    for (std::size_t inside = slot; inside < slot + size; ++inside) {
+      if (inside >= region.table_size() || region.pages[inside] != region.pages[slot] ||
+          (inside > slot && region.page_at(inside) != 0)) {
+        return fmt::format("region {:#x}: the page at slot {} is broken at slot {}", region.base, slot, inside);
+      }
+    }
+    counted += size;
+    slot += size;
+  }
+  if (counted != region.mapped) {
+    return fmt::format("region {:#x}: mapped count {} but {} slots mapped", region.base, region.mapped, counted);
+  }
+  mapped_slots += counted;
+  return std::nullopt;
+}
+
+bool holds_whole_page(const Arena& arena, const Block& block) {
+  const Region& region = arena.region_of(block);
+  const SlotRange inner = arena.inner_slots(block).below(region.table_size());
+  for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
+    const std::uint32_t size = region.page_at(slot);
+    if (size > 0 && slot + size <= inner.end()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<std::string> TesseraAllocatorImpl::check() const {
+  std::lock_guard lock(mutex_);
+  Bytes requested = 0;
+  Bytes allocated = 0;
+  std::size_t live_blocks = 0;
+  std::size_t mapped_slots = 0;
+  for (const auto& arena : arenas_) {
+    for (const Region& region : arena->regions()) {
+      if (auto broken = check_page_table(region, mapped_slots)) return broken;
+      Address expected = region.base;
+      const Block* previous = nullptr;
+      for (const Block* block = region.first_block; block != nullptr; block = block->next) {
+        if (block->address != expected) return fmt::format("region {:#x}: gap or overlap at {:#x}", region.base, expected);
+        if (block->previous != previous) return fmt::format("block {:#x}: broken back link", block->address);
+        const bool is_free = block->is_free();
+        if ((is_free && block->next != nullptr) != Arena::indexed(block)) {
+          return fmt::format("block {:#x}: free index disagrees", block->address);
+        }
+        if (is_free && !block->reclaim_hook.is_linked() && holds_whole_page(*arena, *block)) {
+          return fmt::format("free block {:#x} holds idle pages but is not in the reclaim list", block->address);
+        }
+        if (!is_free && block->reclaim_hook.is_linked()) {
+          return fmt::format("block {:#x} is in use but in the reclaim list", block->address);
+        }
+        if (is_free && previous != nullptr && previous->is_free()) {
+          return fmt::format("blocks {:#x} and {:#x}: free neighbours not merged", previous->address, block->address);
+        }
+        if (!is_free) {
+          const SlotRange touched = arena->touched_slots(*block);
+          for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
+            if (!region.is_mapped(slot)) return fmt::format("block {:#x}: slot {} has no page", block->address, slot);
+          }
+        }
+        if (block->live) {
+          const LiveEntry* found = live_.find(block->address);
+          if (found == nullptr || found->block != block) return fmt::format("block {:#x}: not in the live map", block->address);
+          requested += block->requested;
+          allocated += block->size;
+          ++live_blocks;
+        }
+        expected = block->end();
+        previous = block;
+      }
+      if (expected != region.base + region.span) return fmt::format("region {:#x}: blocks end at {:#x}", region.base, expected);
+      if (previous != region.last_block) return fmt::format("region {:#x}: last block is not the tail", region.base);
+    }
+  }
+  const TesseraStats& stats = stats_.stats();
+  if (live_blocks != live_.size()) return fmt::format("{} live blocks but {} in the live map", live_blocks, live_.size());
+  if (requested != stats.common.requested_bytes) return fmt::format("requested {} but stats say {}", requested, stats.common.requested_bytes);
+  if (allocated != stats.common.allocated_bytes) return fmt::format("allocated {} but stats say {}", allocated, stats.common.allocated_bytes);
+  const Bytes pooled = pool_.granules() * granule_;
+  const Bytes held = mapped_slots * granule_ + pooled;
+  if (held != held_) return fmt::format("pages held {} but counted {}", held_, held);
+  if (held != stats.common.reserved_bytes) return fmt::format("reserved {} but stats say {}", held, stats.common.reserved_bytes);
+  if (mapped_slots * granule_ != stats.mapped_bytes) return fmt::format("mapped {} but stats say {}", mapped_slots * granule_, stats.mapped_bytes);
+  if (pooled != stats.pooled_bytes) return fmt::format("pooled {} but stats say {}", pooled, stats.pooled_bytes);
+  if (held_ > driver_.capacity()) return fmt::format("holds {} bytes, above the capacity {}", held_, driver_.capacity());
+  return std::nullopt;
+}
+
+}  // namespace tessera::core

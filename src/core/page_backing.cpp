@@ -1,0 +1,319 @@
+// Where a block's pages come from, and when pages go back.
+//
+// A block whose slots are not all backed gets, for each run of slots without a page, cheapest first:
+//   1. pooled pages (created earlier, unmapped now), the largest that fits the hole;
+//   2. with reclaim:first, the pages of idle cached blocks (below), then the pool again;
+//   3. new pages while the memory held stays within the limit: one page of up to page_max for the slots
+//      wholly inside the block (only this block touches them), one granule at the block's shared edges;
+//   4. with reclaim:when_full, the pages of idle cached blocks, then the pool again;
+//   5. pooled pages too large for the holes go back to the device, and granule pages replace them.
+// Taking idle pages is stitching: pages freed in scattered places become one contiguous block. A page is
+// idle when it lies wholly inside a free block; the reclaim list holds those blocks oldest freed first.
+// The proof that the device is done with them: a synchronize of every stream they were freed on, before
+// any unmap.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "core/tessera_allocator.hpp"
+
+namespace tessera::core {
+
+std::size_t TesseraAllocatorImpl::gap_granules() const {
+  std::size_t missing = 0;
+  for (const Gap& gap : gaps_) missing += gap.end - gap.next;
+  return missing;
+}
+
+std::size_t TesseraAllocatorImpl::fill_gaps_from_pool() {
+  std::size_t filled = 0;
+  for (Gap& gap : gaps_) {
+    while (gap.next < gap.end) {
+      auto page = pool_.take_at_most(gap.end - gap.next);
+      if (!page) break;
+      assignments_.push_back({gap.next, *page});
+      gap.next += page->granules;
+      filled += page->granules;
+    }
+  }
+  return filled;
+}
+
+// How far past the block's last slot a new page may reach: through the unmapped start of the free block
+// after it, when the device has room to spare (at most half of the limit held) — growth at the end of a
+// region then maps whole large pages, as expandable segments do, instead of a granule at each block's
+// edge. Near the limit pages stay within the block, so that no page is left pinned by a neighbour.
+std::size_t TesseraAllocatorImpl::growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const {
+  const Block* after = block.next;
+  if (page_max_granules_ == 1 || after == nullptr || !after->is_free() || held_ > limit_ / 2) return 0;
+  const Region& region = arena.region_of(block);
+  const std::size_t end = std::min(arena.inner_slots(*after).end(), touched.end() + page_max_granules_);
+  std::size_t reach = touched.end();
+  while (reach < end && !region.is_mapped(reach)) ++reach;
+  return reach;
+}
+
+Result<void> TesseraAllocatorImpl::create_for_gaps(const SlotRange& inner, std::size_t extend_to) {
+  std::uint64_t created = 0;
+  Bytes created_bytes = 0;
+  Result<void> failure;
+  for (Gap& gap : gaps_) {
+    const bool extends = &gap == &gaps_.back() && extend_to > gap.end;
+    while (gap.next < gap.end && held_ + granule_ <= limit_) {
+      // The widest page that may start here: on into the free space after the block, or over the slots
+      // only this block touches, or one granule at a shared edge.
+      const std::size_t owned_end =
+          gap.next >= inner.first && gap.next < inner.end() ? std::min(gap.end, inner.end()) : gap.next + 1;
+      auto widest = [&](std::size_t end) {
+        return static_cast<std::uint32_t>(std::min<std::size_t>(end - gap.next, page_max_granules_));
+      };
+      // Try the widest page first, then narrower ones, down to the granule near the limit.
+      Result<PageId> page = make_error(Errc::out_of_memory, "no page tried");
+      std::uint32_t granules = 0;
+      for (const std::uint32_t candidate : {extends ? widest(extend_to) : 0u, widest(owned_end), 1u}) {
+        if (candidate == 0 || (granules != 0 && candidate >= granules)) continue;
+        if (held_ + candidate * granule_ > limit_) continue;
+        granules = candidate;
+        page = driver_.create_page(granules * granule_);
+        if (page || page.error().code != Errc::out_of_memory) break;
+      }
+      if (!page) {
+        if (page.error().code != Errc::out_of_memory) failure = std::move(page).error();
+        break;
+      }
+      held_ += granules * granule_;
+      ++created;
+      created_bytes += granules * granule_;
+      assignments_.push_back({gap.next, Page{*page, granules}});
+      gap.next = std::min<std::size_t>(gap.next + granules, gap.end);
+    }
+    if (!failure.ok() || held_ + granule_ > limit_) break;
+  }
+  if (created > 0) notify([&](AllocatorObserver& observer) { observer.pages_created(created, created_bytes); });
+  return failure;
+}
+
+void TesseraAllocatorImpl::return_assignments_to_pool() {
+  for (const Assignment& assignment : assignments_) pool_.put(assignment.page);
+  assignments_.clear();
+}
+
+Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& block) {
+  Region& region = arena.region_of(block);
+  const SlotRange touched = arena.touched_slots(block);
+  if (region.all_mapped(touched)) return {};  // the fast path: cached memory
+
+  gaps_.clear();
+  assignments_.clear();
+  for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
+    if (region.is_mapped(slot)) continue;
+    if (!gaps_.empty() && gaps_.back().end == slot) {
+      gaps_.back().end += 1;
+    } else {
+      gaps_.push_back({slot, slot + 1});
+    }
+  }
+  const SlotRange inner = arena.inner_slots(block);
+  using Reclaim = AllocatorConfig::Reclaim;
+  std::size_t from_other_blocks = 0;
+  auto take_idle = [&]() -> Result<void> {
+    const std::size_t missing = gap_granules();
+    if (missing == 0) return {};
+    auto taken = reclaim(missing);
+    if (!taken) return std::move(taken).error();
+    from_other_blocks += *taken;
+    fill_gaps_from_pool();
+    return {};
+  };
+  auto fail = [&](Error error) -> Result<void> {
+    return_assignments_to_pool();
+    return error;
+  };
+
+  fill_gaps_from_pool();
+  if (config_.reclaim == Reclaim::first) {
+    if (auto done = take_idle(); !done) return fail(std::move(done).error());
+  }
+  if (gap_granules() > 0) {
+    const std::size_t extend_to = gaps_.back().end == touched.end() ? growth_room(arena, block, touched) : 0;
+    if (auto done = create_for_gaps(inner, extend_to); !done) return fail(std::move(done).error());
+  }
+  if (gap_granules() > 0 && config_.reclaim == Reclaim::when_full) {
+    if (auto done = take_idle(); !done) return fail(std::move(done).error());
+  }
+  if (gap_granules() > 0 && !pool_.empty()) {
+    // What is pooled does not fit the holes: trade it for granule pages.
+    if (auto done = release_pooled_pages(0); !done) return fail(std::move(done).error());
+    if (auto done = create_for_gaps(SlotRange{}, 0); !done) return fail(std::move(done).error());
+  }
+  if (const std::size_t missing = gap_granules(); missing > 0) {
+    return fail(make_error(Errc::out_of_memory, fmt::format("needs {} more granule(s) of {} bytes", missing, granule_)));
+  }
+
+  // Map in address order, then enable access once per run of consecutive new pages.
+  std::sort(assignments_.begin(), assignments_.end(),
+            [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
+  std::size_t mapped = 0;
+  Bytes mapped_bytes = 0;
+  Result<void> failure;
+  for (const Assignment& assignment : assignments_) {
+    if (auto done = driver_.map(region.slot_address(assignment.head, granule_), assignment.page.id); !done) {
+      failure = std::move(done);
+      break;
+    }
+    arena.set_page(region, assignment.head, assignment.page);
+    ++mapped;
+    mapped_bytes += assignment.page.granules * granule_;
+  }
+  for (std::size_t start = 0; start < mapped && failure.ok();) {
+    std::size_t end = start + 1;
+    while (end < mapped && assignments_[end - 1].head + assignments_[end - 1].page.granules == assignments_[end].head) {
+      ++end;
+    }
+    const std::size_t first = assignments_[start].head;
+    const std::size_t last = assignments_[end - 1].head + assignments_[end - 1].page.granules;
+    if (auto done = driver_.set_access(region.slot_address(first, granule_), (last - first) * granule_); !done) {
+      failure = std::move(done);
+    }
+    start = end;
+  }
+  if (!failure.ok()) {
+    // No page may stay mapped without access: every page mapped here goes back to the pool.
+    std::size_t kept = 0;
+    Bytes kept_bytes = 0;
+    for (std::size_t i = 0; i < mapped; ++i) {
+      const Assignment& assignment = assignments_[i];
+      if (!driver_.unmap(region.slot_address(assignment.head, granule_))) {  // stays mapped: still consistent
+        ++kept;
+        kept_bytes += assignment.page.granules * granule_;
+        continue;
+      }
+      pool_.put(arena.clear_page(region, assignment.head));
+    }
+    for (std::size_t i = mapped; i < assignments_.size(); ++i) pool_.put(assignments_[i].page);
+    assignments_.clear();
+    if (kept > 0) notify([&](AllocatorObserver& observer) { observer.pages_mapped(kept, kept_bytes); });
+    return std::move(failure).error();
+  }
+  assignments_.clear();
+  notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped, mapped_bytes); });
+  if (from_other_blocks > 0) notify([&](AllocatorObserver& observer) { observer.stitched(from_other_blocks); });
+  collect_garbage();
+  return {};
+}
+
+Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules) {
+  idle_.clear();
+  visited_.clear();
+  std::size_t found = 0;
+  for (Block& block : reclaim_list_) {
+    if (found >= granules) break;
+    const Region& region = block.arena->region_of(block);
+    const SlotRange inner = block.arena->inner_slots(block).below(region.table_size());
+    for (std::size_t slot = inner.first; slot < inner.end() && found < granules;) {
+      const std::uint32_t size = region.page_at(slot);
+      if (size > 0 && slot + size <= inner.end()) {
+        idle_.push_back({block.arena, block.region, slot, size});
+        found += size;
+        slot += size;
+      } else {
+        ++slot;
+      }
+    }
+    visited_.push_back(&block);
+  }
+  if (idle_.empty()) {
+    drop_exhausted_candidates();
+    return std::size_t{0};
+  }
+  // The proof: every stream whose freed blocks give pages has finished the work queued before now.
+  std::vector<StreamId> streams;
+  for (const IdlePage& idle : idle_) {
+    if (std::find(streams.begin(), streams.end(), idle.arena->stream()) == streams.end()) {
+      streams.push_back(idle.arena->stream());
+    }
+  }
+  for (StreamId stream : streams) {
+    if (auto done = driver_.synchronize_stream(stream); !done) return std::move(done).error();
+    notify([](AllocatorObserver& observer) { observer.synchronized(false); });
+  }
+  std::size_t pages = 0;
+  std::size_t taken = 0;
+  Result<void> failure;
+  for (const IdlePage& idle : idle_) {
+    Region& region = idle.arena->region(idle.region);
+    if (auto done = driver_.unmap(region.slot_address(idle.head, granule_)); !done) {
+      failure = std::move(done);
+      break;
+    }
+    pool_.put(idle.arena->clear_page(region, idle.head));
+    ++pages;
+    taken += idle.granules;
+  }
+  if (pages > 0) {
+    notify([&](AllocatorObserver& observer) {
+      observer.pages_unmapped(pages, taken * granule_);
+      observer.reclaimed(taken);
+    });
+  }
+  drop_exhausted_candidates();
+  if (!failure.ok()) return std::move(failure).error();
+  return taken;
+}
+
+// Blocks visited by reclaim that have no whole page left inside them leave the reclaim list until they are
+// freed or merged again, so that the list stays short.
+void TesseraAllocatorImpl::drop_exhausted_candidates() {
+  for (Block* block : visited_) {
+    const Region& region = block->arena->region_of(*block);
+    const SlotRange inner = block->arena->inner_slots(*block).below(region.table_size());
+    bool any = false;
+    for (std::size_t slot = inner.first; slot < inner.end() && !any; ++slot) {
+      const std::uint32_t size = region.page_at(slot);
+      any = size > 0 && slot + size <= inner.end();
+    }
+    if (!any) reclaim_list_.erase(reclaim_list_.iterator_to(*block));
+  }
+  visited_.clear();
+}
+
+Result<void> TesseraAllocatorImpl::release_pooled_pages(std::size_t granules_to_keep) {
+  std::uint64_t released = 0;
+  Bytes released_bytes = 0;
+  Result<void> failure;
+  while (pool_.granules() > granules_to_keep) {
+    const Page page = *pool_.take_any();
+    if (auto done = driver_.release_page(page.id); !done) {
+      pool_.put(page);
+      failure = std::move(done);
+      break;
+    }
+    held_ -= page.granules * granule_;
+    ++released;
+    released_bytes += page.granules * granule_;
+  }
+  if (released > 0) notify([&](AllocatorObserver& observer) { observer.pages_released(released, released_bytes); });
+  return failure;
+}
+
+Result<void> TesseraAllocatorImpl::give_back_above(Bytes target) {
+  if (held_ <= target) return {};
+  const std::size_t excess = (held_ - target + granule_ - 1) / granule_;
+  const std::size_t pooled = pool_.granules();
+  if (auto done = release_pooled_pages(pooled > excess ? pooled - excess : 0); !done) return done;
+  if (held_ <= target) return {};
+  auto taken = reclaim((held_ - target + granule_ - 1) / granule_);
+  if (!taken) return std::move(taken).error();
+  return release_pooled_pages(0);
+}
+
+// PyTorch's garbage_collection_threshold: past it, idle pages go back to the device, oldest first. A
+// failure here does not fail the allocation that triggered it; the pages simply stay held.
+void TesseraAllocatorImpl::collect_garbage() {
+  if (config_.garbage_collection_threshold <= 0.0) return;
+  const auto target = static_cast<Bytes>(static_cast<double>(limit_) * config_.garbage_collection_threshold);
+  if (held_ > target) (void)give_back_above(target);
+}
+
+}  // namespace tessera::core
