@@ -1,0 +1,528 @@
+// PyTorch memory snapshots out: the trace becomes device_traces[device], and `segments` holds what both
+// readers need to rebuild the blocks live before the recording (docs/trace-format.md):
+//   - an initial block freed by an event needs nothing: its free_completed without an alloc says it;
+//   - an initial block never freed gets a segment of its own, one active_allocated block that no event
+//     touches, in trace order, so Tessera's reader numbers it as the trace does;
+//   - the addresses every other block ever had are covered by segments too (inactive except the blocks
+//     live at the end), because MemoryViz's "Allocator State History" finds each block's segment by
+//     address and fails on a block outside every segment.
+// With an allocator state, its segments are written instead, blocks tiling each one.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <iterator>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tessera/allocator.hpp"
+#include "tessera/trace.hpp"
+#include "trace/gzip_file.hpp"
+#include "trace/pickle_writer.hpp"
+
+namespace tessera {
+
+namespace {
+
+using trace_detail::PickleWriter;
+
+// Where synthesized addresses start: where CUDA maps device memory on Linux, and below 2^53 so that
+// MemoryViz's JavaScript numbers hold every address exactly.
+constexpr Address synthetic_base = 0x7f0000000000;
+constexpr Bytes block_rounding = 512;  // PyTorch's rounding of block sizes
+constexpr Bytes segment_alignment = 2 * MiB;
+constexpr Bytes small_segment = 2 * MiB;  // PyTorch's small-pool segments are this size
+
+// The bytes a block occupies in the layout: rounded as PyTorch rounds, and never zero, so that two live
+// blocks never share an address.
+Bytes footprint(std::uint64_t size) { return align_up(std::max<Bytes>(size, 1), block_rounding); }
+
+struct BlockFacts {
+  std::uint64_t size = 0;
+  std::uint32_t stream = 0;
+  bool initial = false;
+  bool allocated = false;  // by an event
+  bool freed = false;      // by an event
+};
+
+std::vector<BlockFacts> block_facts(const Trace& trace) {
+  std::vector<BlockFacts> facts(trace.block_count);
+  for (const InitialBlock& block : trace.initial_blocks)
+    facts[block.id] = {block.size, block.stream, true, false, false};
+  for (const TraceEvent& event : trace.events) {
+    if (event.kind == TraceEventKind::alloc) {
+      facts[event.block].size = event.size;
+      facts[event.block].stream = event.stream;
+      facts[event.block].allocated = true;
+    } else if (event.kind == TraceEventKind::free) {
+      facts[event.block].freed = true;
+    }
+  }
+  return facts;
+}
+
+bool never_freed_initial(const BlockFacts& block) { return block.initial && !block.freed; }
+
+// Best fit over one stream's address range, growing it at the top when nothing fits: blocks get the
+// kind of addresses a caching allocator hands out, reused after their free.
+class BestFit {
+ public:
+  Bytes take(Bytes size) {
+    const auto fit = by_size_.lower_bound({size, 0});
+    if (fit != by_size_.end()) {
+      const auto [free_size, start] = *fit;
+      erase(start, free_size);
+      if (free_size > size) insert(start + size, free_size - size);
+      return start;
+    }
+    Bytes start = top_;
+    if (!by_start_.empty()) {
+      const auto last = std::prev(by_start_.end());
+      if (last->first + last->second == top_) {
+        start = last->first;
+        erase(last->first, last->second);
+      }
+    }
+    top_ = start + size;
+    return start;
+  }
+
+  void give(Bytes start, Bytes size) {
+    const auto next = by_start_.lower_bound(start);
+    if (next != by_start_.end() && start + size == next->first) {
+      size += next->second;
+      erase(next->first, next->second);
+    }
+    const auto after = by_start_.lower_bound(start);
+    if (after != by_start_.begin()) {
+      const auto previous = std::prev(after);
+      if (previous->first + previous->second == start) {
+        start = previous->first;
+        size += previous->second;
+        erase(previous->first, previous->second);
+      }
+    }
+    insert(start, size);
+  }
+
+  Bytes top() const { return top_; }
+
+ private:
+  void insert(Bytes start, Bytes size) {
+    by_start_.emplace(start, size);
+    by_size_.emplace(size, start);
+  }
+  void erase(Bytes start, Bytes size) {
+    by_start_.erase(start);
+    by_size_.erase({size, start});
+  }
+
+  std::map<Bytes, Bytes> by_start_;
+  std::set<std::pair<Bytes, Bytes>> by_size_;  // (size, start): the smallest fit, then the lowest address
+  Bytes top_ = 0;
+};
+
+// Never-freed initial blocks side by side from the base, then one best-fit range per stream.
+std::vector<Address> synthesize_addresses(const Trace& trace, const std::vector<BlockFacts>& facts) {
+  std::vector<Address> addresses(trace.block_count, 0);
+  Address next = synthetic_base;
+  for (const InitialBlock& block : trace.initial_blocks) {
+    if (!never_freed_initial(facts[block.id])) continue;
+    addresses[block.id] = next;
+    next += footprint(block.size);
+  }
+  std::vector<BestFit> ranges(trace.streams.size());
+  std::vector<Bytes> offsets(trace.block_count, 0);
+  for (const InitialBlock& block : trace.initial_blocks) {
+    if (facts[block.id].freed) offsets[block.id] = ranges[block.stream].take(footprint(block.size));
+  }
+  for (const TraceEvent& event : trace.events) {
+    if (event.kind == TraceEventKind::alloc) {
+      offsets[event.block] = ranges[event.stream].take(footprint(event.size));
+    } else if (event.kind == TraceEventKind::free) {
+      ranges[event.stream].give(offsets[event.block], footprint(event.size));
+    }
+  }
+  // Ranges start on a fresh segment boundary, never touching the one before: each stays its own segment.
+  std::vector<Address> bases(ranges.size(), 0);
+  for (std::size_t s = 0; s < ranges.size(); ++s) {
+    if (ranges[s].top() == 0) continue;
+    if (next != synthetic_base) next = align_up(next + 1, segment_alignment);
+    bases[s] = next;
+    next += ranges[s].top();
+  }
+  for (BlockId id = 0; id < trace.block_count; ++id) {
+    if (!never_freed_initial(facts[id]) && (facts[id].initial || facts[id].allocated)) {
+      addresses[id] = bases[facts[id].stream] + offsets[id];
+    }
+  }
+  return addresses;
+}
+
+Error invalid(std::string message) { return make_error(Errc::invalid_argument, std::move(message)); }
+
+// Both readers key blocks by address: an alloc at an address that holds a live block cannot be read back.
+Result<void> check_addresses(const Trace& trace, const std::vector<Address>& addresses) {
+  std::unordered_map<Address, BlockId> live;
+  for (const InitialBlock& block : trace.initial_blocks) {
+    const auto [it, inserted] = live.emplace(addresses[block.id], block.id);
+    if (!inserted) {
+      return invalid(fmt::format("initial blocks {} and {} share address {:#x}", it->second, block.id, it->first));
+    }
+  }
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const TraceEvent& event = trace.events[i];
+    if (event.kind == TraceEventKind::alloc) {
+      const auto [it, inserted] = live.emplace(addresses[event.block], event.block);
+      if (!inserted) {
+        return invalid(fmt::format("event {}: block {} is at {:#x}, where block {} is still live", i, event.block,
+                                   it->first, it->second));
+      }
+    } else if (event.kind == TraceEventKind::free) {
+      live.erase(addresses[event.block]);
+    }
+  }
+  return {};
+}
+
+// ---- The segments, as the snapshot lists them.
+
+enum class BlockState : std::uint8_t { active_allocated, active_pending_free, inactive };
+
+std::string_view state_name(BlockState state) {
+  switch (state) {
+    case BlockState::active_allocated: return "active_allocated";
+    case BlockState::active_pending_free: return "active_pending_free";
+    case BlockState::inactive: return "inactive";
+  }
+  return "inactive";
+}
+
+struct OutBlock {
+  Address address = 0;
+  Bytes size = 0;
+  Bytes requested = 0;
+  BlockState state = BlockState::inactive;
+};
+
+struct OutSegment {
+  Address address = 0;
+  Bytes total_size = 0;
+  std::uint64_t stream = 0;  // the platform's value
+  bool small = false;
+  std::vector<OutBlock> blocks;  // tiling [address, address + total_size) in order, as MemoryViz assumes
+};
+
+// Without a state: a segment per never-freed initial block, then the union of every other block's
+// footprint, cut into disjoint extents, with the blocks live at the end active and the rest inactive.
+std::vector<OutSegment> synthesize_segments(const Trace& trace, const std::vector<BlockFacts>& facts,
+                                            const std::vector<Address>& addresses) {
+  std::vector<OutSegment> segments;
+  for (const InitialBlock& block : trace.initial_blocks) {
+    if (!never_freed_initial(facts[block.id])) continue;
+    const Address address = addresses[block.id];
+    const Bytes size = footprint(block.size);
+    segments.push_back({address,
+                        size,
+                        static_cast<std::uint64_t>(trace.streams[block.stream]),
+                        size <= small_segment,
+                        {{address, size, block.size, BlockState::active_allocated}}});
+  }
+  std::vector<BlockId> others;
+  for (BlockId id = 0; id < trace.block_count; ++id) {
+    if (!never_freed_initial(facts[id]) && (facts[id].initial || facts[id].allocated)) others.push_back(id);
+  }
+  std::sort(others.begin(), others.end(), [&](BlockId a, BlockId b) { return addresses[a] < addresses[b]; });
+  std::vector<BlockId> live_at_end;
+  for (const BlockId id : others) {
+    if (!facts[id].freed) live_at_end.push_back(id);  // sorted by address too; addresses distinct
+  }
+  std::size_t next_live = 0;
+  for (std::size_t i = 0; i < others.size();) {
+    const Address start = addresses[others[i]];
+    Address end = start + footprint(facts[others[i]].size);
+    const std::uint32_t stream = facts[others[i]].stream;
+    for (++i; i < others.size() && addresses[others[i]] <= end; ++i) {
+      end = std::max<Address>(end, addresses[others[i]] + footprint(facts[others[i]].size));
+    }
+    OutSegment segment{
+        start, end - start, static_cast<std::uint64_t>(trace.streams[stream]), end - start <= small_segment, {}};
+    Address cursor = start;
+    for (; next_live < live_at_end.size() && addresses[live_at_end[next_live]] < end; ++next_live) {
+      const BlockId id = live_at_end[next_live];
+      const Address address = addresses[id];
+      if (address > cursor) segment.blocks.push_back({cursor, address - cursor, 0, BlockState::inactive});
+      // A replay may pack blocks closer than the rounding: a block ends where the next live one starts.
+      Address block_end = std::min<Address>(address + footprint(facts[id].size), end);
+      if (next_live + 1 < live_at_end.size()) block_end = std::min(block_end, addresses[live_at_end[next_live + 1]]);
+      segment.blocks.push_back({address, block_end - address, facts[id].size, BlockState::active_allocated});
+      cursor = block_end;
+    }
+    if (cursor < end) segment.blocks.push_back({cursor, end - cursor, 0, BlockState::inactive});
+    segments.push_back(std::move(segment));
+  }
+  return segments;
+}
+
+// A VMM allocator reserves far more virtual space than it hands out (Tessera: twice the device). The tail
+// no block of the trace ever reached holds no memory; left in, it would shrink every block of MemoryViz's
+// segment view to a sliver. The segment ends at the next 2 MiB boundary past the last byte used.
+void trim_untouched_tail(OutSegment& segment, Address used_end) {
+  const Address end = std::min(segment.address + segment.total_size,
+                               segment.address + align_up(used_end - segment.address, segment_alignment));
+  while (!segment.blocks.empty() && segment.blocks.back().address >= end) segment.blocks.pop_back();
+  if (!segment.blocks.empty() && segment.blocks.back().address + segment.blocks.back().size > end) {
+    segment.blocks.back().size = end - segment.blocks.back().address;  // an inactive block: used_end is past the others
+  }
+  segment.total_size = end - segment.address;
+}
+
+// With a state: its segments, trimmed as above, gaps between blocks filled with inactive ones. The blocks the reader
+// will take for initial ones (allocated, at an address no event touches) must be the never-freed initial blocks, on
+// their streams, or the trace would not read back.
+Result<std::vector<OutSegment>> state_segments(const Trace& trace, const std::vector<BlockFacts>& facts,
+                                               const std::vector<Address>& addresses, const AllocatorSnapshot& state) {
+  std::unordered_set<Address> touched;  // by events
+  std::unordered_map<Address, BlockId> live_at_end;
+  for (BlockId id = 0; id < trace.block_count; ++id) {
+    if (facts[id].allocated || facts[id].freed) touched.insert(addresses[id]);
+    if ((facts[id].initial || facts[id].allocated) && !facts[id].freed) live_at_end.emplace(addresses[id], id);
+  }
+  std::vector<std::pair<Address, Address>> used;  // every block's footprint, by start
+  for (BlockId id = 0; id < trace.block_count; ++id) {
+    if (facts[id].initial || facts[id].allocated)
+      used.emplace_back(addresses[id], addresses[id] + footprint(facts[id].size));
+  }
+  std::sort(used.begin(), used.end());
+  std::size_t initial_found = 0;
+  std::vector<OutSegment> segments;
+  for (const SnapshotSegment& from : state.segments) {
+    OutSegment segment{
+        from.address, from.total_size, static_cast<std::uint64_t>(from.stream), from.pool == MemoryPool::small, {}};
+    std::vector<SnapshotBlock> blocks = from.blocks;
+    std::sort(blocks.begin(), blocks.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+    Address cursor = from.address;
+    const Address end = from.address + from.total_size;
+    for (const SnapshotBlock& block : blocks) {
+      if (block.address < cursor || block.address + block.size > end) {
+        return invalid(fmt::format("state: the block at {:#x} overlaps another or leaves its segment at {:#x}",
+                                   block.address, from.address));
+      }
+      if (block.address > cursor) segment.blocks.push_back({cursor, block.address - cursor, 0, BlockState::inactive});
+      const auto state_of = static_cast<BlockState>(static_cast<std::uint8_t>(block.state));
+      Bytes requested = block.requested;
+      const auto live = live_at_end.find(block.address);
+      if (live != live_at_end.end()) requested = facts[live->second].size;  // the trace's word, for an exact read
+      if (state_of != BlockState::inactive && !touched.contains(block.address)) {
+        if (live == live_at_end.end() || !never_freed_initial(facts[live->second])) {
+          return invalid(
+              fmt::format("state: the block at {:#x} is allocated, but the trace neither touches it "
+                          "nor has it as an initial block",
+                          block.address));
+        }
+        if (trace.streams[facts[live->second].stream] != from.stream) {
+          return invalid(fmt::format("state: initial block {} is in a segment of another stream", live->second));
+        }
+        ++initial_found;
+      }
+      segment.blocks.push_back({block.address, block.size, requested, state_of});
+      cursor = block.address + block.size;
+    }
+    if (cursor < end) segment.blocks.push_back({cursor, end - cursor, 0, BlockState::inactive});
+    Address used_end = from.address;
+    for (auto it = std::lower_bound(used.begin(), used.end(), std::pair<Address, Address>{from.address, 0});
+         it != used.end() && it->first < end; ++it) {
+      used_end = std::max(used_end, std::min(it->second, end));
+    }
+    for (const OutBlock& block : segment.blocks) {
+      if (block.state != BlockState::inactive) used_end = std::max(used_end, block.address + block.size);
+    }
+    if (used_end == from.address) continue;  // a segment no block of the trace ever reached
+    trim_untouched_tail(segment, used_end);
+    segments.push_back(std::move(segment));
+  }
+  const auto never_freed = static_cast<std::size_t>(
+      std::count_if(facts.begin(), facts.end(), [](const BlockFacts& block) { return never_freed_initial(block); }));
+  if (initial_found != never_freed) {
+    return invalid(fmt::format("state: {} of the trace's {} initial blocks never freed are allocated in it",
+                               initial_found, never_freed));
+  }
+  return segments;
+}
+
+// SnapshotBlock::State and BlockState must name the same states in the same order.
+static_assert(static_cast<int>(SnapshotBlock::State::active_allocated) ==
+              static_cast<int>(BlockState::active_allocated));
+static_assert(static_cast<int>(SnapshotBlock::State::active_pending_free) ==
+              static_cast<int>(BlockState::active_pending_free));
+static_assert(static_cast<int>(SnapshotBlock::State::inactive) == static_cast<int>(BlockState::inactive));
+
+// ---- The pickle.
+
+void write_segment(PickleWriter& out, const OutSegment& segment, int device) {
+  Bytes allocated = 0, active = 0, requested = 0;
+  for (const OutBlock& block : segment.blocks) {
+    if (block.state == BlockState::active_allocated) allocated += block.size;
+    if (block.state != BlockState::inactive) {
+      active += block.size;
+      requested += block.requested;
+    }
+  }
+  out.begin_dict();
+  out.memo_string("device");
+  out.integer(device);
+  out.memo_string("address");
+  out.unsigned_integer(segment.address);
+  out.memo_string("total_size");
+  out.unsigned_integer(segment.total_size);
+  out.memo_string("allocated_size");
+  out.unsigned_integer(allocated);
+  out.memo_string("active_size");
+  out.unsigned_integer(active);
+  out.memo_string("requested_size");
+  out.unsigned_integer(requested);
+  out.memo_string("stream");
+  out.unsigned_integer(segment.stream);
+  out.memo_string("segment_type");
+  out.memo_string(segment.small ? "small" : "large");
+  out.memo_string("segment_pool_id");  // the default pool, as PyTorch writes it
+  out.begin_tuple(2);
+  out.integer(0);
+  out.integer(0);
+  out.end_tuple();
+  out.memo_string("is_expandable");  // virtual memory management, as with PyTorch's expandable segments
+  out.boolean(true);
+  out.memo_string("frames");
+  out.begin_list();
+  out.end_list();
+  out.memo_string("blocks");
+  out.begin_list();
+  for (const OutBlock& block : segment.blocks) {
+    out.begin_dict();
+    out.memo_string("address");
+    out.unsigned_integer(block.address);
+    out.memo_string("size");
+    out.unsigned_integer(block.size);
+    out.memo_string("requested_size");
+    out.unsigned_integer(block.requested);
+    out.memo_string("state");
+    out.memo_string(state_name(block.state));
+    out.memo_string("frames");
+    out.begin_list();
+    out.end_list();
+    out.end_dict();
+  }
+  out.end_list();
+  out.end_dict();
+}
+
+void write_entry(PickleWriter& out, std::string_view action, const Trace& trace, const TraceEvent& event,
+                 Address address) {
+  out.begin_dict();
+  out.memo_string("action");
+  out.memo_string(action);
+  out.memo_string("addr");
+  out.unsigned_integer(address);
+  out.memo_string("size");
+  out.unsigned_integer(event.size);
+  out.memo_string("stream");
+  out.unsigned_integer(static_cast<std::uint64_t>(trace.streams[event.stream]));
+  if (event.time_us != no_time) {
+    out.memo_string("time_us");
+    out.integer(event.time_us);
+  }
+  out.memo_string("frames");
+  out.begin_list();
+  out.end_list();
+  out.end_dict();
+}
+
+// A free is free_requested then free_completed at once: the caller let go and the block was reusable at
+// the same moment (MemoryViz shows the pair as one "free").
+void write_events(PickleWriter& out, const Trace& trace, const std::vector<Address>& addresses) {
+  out.begin_list();
+  for (const TraceEvent& event : trace.events) {
+    if (event.kind == TraceEventKind::alloc) {
+      write_entry(out, "alloc", trace, event, addresses[event.block]);
+    } else if (event.kind == TraceEventKind::free) {
+      write_entry(out, "free_requested", trace, event, addresses[event.block]);
+      write_entry(out, "free_completed", trace, event, addresses[event.block]);
+    }
+  }
+  out.end_list();
+}
+
+Result<int> device_of(const Trace& trace, const SnapshotWriteOptions& options) {
+  if (options.device) {
+    if (*options.device < 0) return invalid(fmt::format("device {} is negative", *options.device));
+    return *options.device;
+  }
+  const std::size_t colon = trace.device.rfind(':');
+  if (colon == std::string::npos) return 0;
+  int device = 0;
+  const char* first = trace.device.data() + colon + 1;
+  const char* last = trace.device.data() + trace.device.size();
+  const auto [end, error] = std::from_chars(first, last, device);
+  return error == std::errc() && end == last && device >= 0 ? device : 0;
+}
+
+}  // namespace
+
+Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vector<Address>& addresses,
+                                            const SnapshotWriteOptions& options) {
+  if (Result<void> valid = validate(trace); !valid) return std::move(valid).error();
+  if (!addresses.empty() && addresses.size() != trace.block_count) {
+    return invalid(fmt::format("{} addresses for {} blocks", addresses.size(), trace.block_count));
+  }
+  if (options.state != nullptr && addresses.empty()) {
+    return invalid("an allocator state needs the addresses of the replay it ended");
+  }
+  Result<int> device = device_of(trace, options);
+  if (!device) return std::move(device).error();
+
+  const std::vector<BlockFacts> facts = block_facts(trace);
+  const std::vector<Address> synthesized =
+      addresses.empty() ? synthesize_addresses(trace, facts) : std::vector<Address>{};
+  const std::vector<Address>& where = addresses.empty() ? synthesized : addresses;
+  if (!addresses.empty()) {
+    if (Result<void> checked = check_addresses(trace, addresses); !checked) return std::move(checked).error();
+  }
+  std::vector<OutSegment> segments;
+  if (options.state != nullptr) {
+    Result<std::vector<OutSegment>> from_state = state_segments(trace, facts, where, *options.state);
+    if (!from_state) return std::move(from_state).error();
+    segments = std::move(*from_state);
+  } else {
+    segments = synthesize_segments(trace, facts, where);
+  }
+
+  // Only the two keys MemoryViz reads; allocator_settings and external_annotations are optional there.
+  PickleWriter out;
+  out.begin_dict();
+  out.memo_string("segments");
+  out.begin_list();
+  for (const OutSegment& segment : segments) write_segment(out, segment, *device);
+  out.end_list();
+  out.memo_string("device_traces");
+  out.begin_list();
+  for (int d = 0; d < *device; ++d) {
+    out.begin_list();
+    out.end_list();
+  }
+  write_events(out, trace, where);
+  out.end_list();
+  out.end_dict();
+  return out.finish();
+}
+
+Result<void> write_pytorch_snapshot(const Trace& trace, const std::vector<Address>& addresses,
+                                    const std::filesystem::path& path, const SnapshotWriteOptions& options) {
+  Result<std::string> pickle = format_pytorch_snapshot(trace, addresses, options);
+  if (!pickle) return std::move(pickle).error();
+  if (path.extension() == ".gz") return trace_detail::write_file_bytes(path, trace_detail::gzip(*pickle));
+  return trace_detail::write_file_bytes(path, *pickle);
+}
+
+}  // namespace tessera
