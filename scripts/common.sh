@@ -10,6 +10,7 @@ TESSERA_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libboost-dev
+  chromium
 )
 
 tessera_install_packages() {

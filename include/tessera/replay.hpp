@@ -40,6 +40,9 @@ struct ReplayOptions {
   Bytes granularity = 2 * MiB;
   AllocatorConfig tessera_config;
   std::size_t series_points = 0;  // > 0: keep about this many (event, allocated, reserved) samples
+  // Keep every block's address and, for the tessera allocator, its segments and blocks at the end: what a
+  // PyTorch snapshot of the replay needs (write_pytorch_snapshot).
+  bool keep_state = false;
 };
 
 struct SeriesPoint {
@@ -71,6 +74,8 @@ struct ReplayResult {
   // Driver calls made in each iteration the trace marks (empty when it marks none).
   std::vector<std::uint64_t> calls_per_iteration;
   std::vector<SeriesPoint> series;
+  std::vector<Address> addresses;              // keep_state: by block id
+  std::optional<AllocatorSnapshot> final_state;  // keep_state, tessera allocator: its state at the end
 };
 
 // One replay at one capacity. An out-of-memory answer ends the replay and is reported in the result (oom);

@@ -48,8 +48,11 @@ Result<Rig> build_rig(const Trace& trace, const ReplayOptions& options, std::opt
 
 // Replays the trace through the rig; `observe` runs after every event with the live requested bytes.
 template <class Observe>
-Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& observe) {
-  std::vector<Address> addresses(trace.block_count, 0);
+Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& observe,
+                 std::vector<Address>* kept_addresses = nullptr) {
+  std::vector<Address> local_addresses;
+  std::vector<Address>& addresses = kept_addresses != nullptr ? *kept_addresses : local_addresses;
+  addresses.assign(trace.block_count, 0);
   DeviceAllocator& allocator = *rig.allocator;
   Bytes live = 0;
   auto allocate = [&](BlockId block, Bytes size, std::uint32_t stream, std::optional<std::size_t> event) -> Result<bool> {
@@ -159,7 +162,14 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
       in_iteration = true;
     }
   };
-  if (auto ran = run(trace, *rig, result, observe); !ran) return std::move(ran).error();
+  if (auto ran = run(trace, *rig, result, observe, options.keep_state ? &result.addresses : nullptr); !ran) {
+    return std::move(ran).error();
+  }
+  if (options.keep_state) {
+    if (const auto* tessera = dynamic_cast<const TesseraAllocator*>(rig->allocator.get())) {
+      result.final_state = tessera->snapshot();
+    }
+  }
   if (in_iteration && !result.oom) result.calls_per_iteration.push_back(rig->driver->tally().total_calls() - calls_at_iteration);
 
   result.frag_at_peak =
@@ -180,6 +190,7 @@ Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOp
   if (!result) return result;
   ReplayOptions probe = options;
   probe.series_points = 0;
+  probe.keep_state = false;
   const Bytes granule = options.granularity;
   auto fits = [&](Bytes capacity) -> Result<bool> {
     probe.capacity = capacity;

@@ -1,4 +1,4 @@
-// `tessera demo`: what the VMM drivers make possible, on the host driver (real memory) or the sim driver.
+// `tessera demo --stitching`: what the VMM drivers make possible, on the host driver (real memory) or the sim driver.
 // Four blocks are mapped and filled; the second and the fourth are freed; their pages, scattered in the
 // address space, are stitched into one new contiguous block without creating a byte of physical memory or
 // copying one; the live blocks keep their data. Then every call is listed with its count and time.
@@ -45,8 +45,8 @@ Result<std::unique_ptr<Driver>> make_demo_driver(const std::string& name) {
 
 }  // namespace
 
-int run_demo(const DemoOptions& options) {
-  auto made = make_demo_driver(options.driver);
+int run_stitching_demo(const std::string& driver_name) {
+  auto made = make_demo_driver(driver_name);
   if (!made) {
     std::fprintf(stderr, "tessera demo: %s\n", describe(made.error()).c_str());
     return 1;

@@ -4,11 +4,7 @@
 
 namespace tessera::cli {
 
-struct DemoOptions {
-  std::string driver = "host";
-};
-
-// The README's main job until the replay tool lands: stitching shown on a real driver.
-int run_demo(const DemoOptions& options);
+// `tessera demo --stitching`: what the VMM drivers make possible, shown on one driver (host: real memory).
+int run_stitching_demo(const std::string& driver);
 
 }  // namespace tessera::cli

@@ -1,0 +1,34 @@
+// What the three report formats share: which results are the reference line, how results group by trace,
+// and which overhead the charts show.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/replay.hpp"
+
+namespace tessera::report {
+
+// "ideal" is computed from the trace, not replayed: it has no driver, calls or host time.
+inline bool is_reference(const ReplayResult& result) { return result.allocator == "ideal"; }
+
+// The results of one trace, in the order given; traces in the order they first appear.
+struct TraceGroup {
+  std::string trace;
+  std::vector<const ReplayResult*> results;
+};
+std::vector<TraceGroup> group_by_trace(std::span<const ReplayResult> results);
+
+// Allocator names in the order they first appear.
+std::vector<std::string> allocator_order(std::span<const ReplayResult> results);
+
+// peak_reserved / peak_allocated - 1: what a result's footprint costs when min_capacity is unknown.
+std::optional<double> reserved_overhead(const ReplayResult& result);
+
+// Driver calls per iteration once the allocator has warmed up: the last iteration's, when the trace marks
+// at least two.
+std::optional<std::uint64_t> steady_calls_per_iteration(const ReplayResult& result);
+
+}  // namespace tessera::report

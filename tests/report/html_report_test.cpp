@@ -1,0 +1,95 @@
+// The HTML report: self-contained (no script, nothing fetched), one chart per trace plus the overhead chart,
+// names escaped.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "report_fixtures.hpp"
+#include "tessera/report.hpp"
+
+namespace tessera {
+namespace {
+
+std::size_t count(const std::string& text, const std::string& needle) {
+  std::size_t found = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++found;
+  return found;
+}
+
+std::vector<ReplayResult> two_traces() {
+  std::vector<ReplayResult> results;
+  for (const char* name : {"first", "second <&> \"quoted\""}) {
+    ReplayOptions options;
+    options.series_points = 40;
+    auto replayed = replay_with_min_capacity(test::small_trace(name), options);
+    EXPECT_TRUE(replayed.ok());
+    if (replayed) results.push_back(*replayed);
+    results.push_back(ideal_result(test::small_trace(name), options.granularity));
+  }
+  return results;
+}
+
+TEST(HtmlReport, OneChartPerTraceAndTheOverheadChart) {
+  const std::string html = format_html_report(two_traces(), {.title = "T", .note = "made by a test"});
+  EXPECT_TRUE(html.starts_with("<!DOCTYPE html>"));
+  EXPECT_TRUE(html.ends_with("</html>\n"));
+  EXPECT_EQ(count(html, "<svg"), 3U);  // the bar chart, then one line chart per trace
+  EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
+  EXPECT_EQ(count(html, "<polyline"), 4U);  // per trace: reserved for tessera, and allocated
+  EXPECT_NE(html.find("made by a test"), std::string::npos);
+  EXPECT_NE(html.find("overhead = min_capacity / peak_allocated - 1"), std::string::npos);
+}
+
+TEST(HtmlReport, SelfContained) {
+  const std::string html = format_html_report(two_traces());
+  for (const char* outside : {"http:", "https:", "<script", "src=", "url(", "@import", "//"}) {
+    EXPECT_EQ(html.find(outside), std::string::npos) << outside;
+  }
+}
+
+TEST(HtmlReport, NamesAreEscaped) {
+  const std::string html = format_html_report(two_traces());
+  EXPECT_EQ(html.find("second <&>"), std::string::npos);
+  EXPECT_NE(html.find("second &lt;&amp;&gt; &quot;quoted&quot;"), std::string::npos);
+}
+
+TEST(HtmlReport, WellFormedEnoughTagBalance) {
+  const std::string html = format_html_report(two_traces());
+  for (const char* tag : {"table", "section", "text", "title", "dl", "h2", "h3"}) {
+    EXPECT_EQ(count(html, std::string("<") + tag + ">") + count(html, std::string("<") + tag + " "),
+              count(html, std::string("</") + tag + ">"))
+        << tag;
+  }
+}
+
+TEST(HtmlReport, FootprintOverheadWhenMinCapacityIsUnknown) {
+  ReplayOptions options;
+  options.series_points = 10;
+  auto replayed = replay(test::small_trace(), options);
+  ASSERT_TRUE(replayed.ok());
+  const std::vector<ReplayResult> results{*replayed};
+  const std::string html = format_html_report(results);
+  EXPECT_NE(html.find("peak_reserved / peak_allocated - 1 (min_capacity not computed)"), std::string::npos);
+}
+
+TEST(HtmlReport, WithoutSeriesSaysSo) {
+  auto results = test::small_results(0);
+  const std::string html = format_html_report(results);
+  EXPECT_NE(html.find("No series was recorded"), std::string::npos);
+}
+
+TEST(HtmlReport, OutOfMemoryIsMarked) {
+  ReplayOptions options;
+  options.capacity = 6 * MiB;
+  options.series_points = 20;
+  auto replayed = replay(test::small_trace(), options);
+  ASSERT_TRUE(replayed.ok());
+  ASSERT_TRUE(replayed->oom);
+  const std::vector<ReplayResult> results{*replayed};
+  const std::string html = format_html_report(results);
+  EXPECT_NE(html.find("out of memory at event"), std::string::npos);
+  EXPECT_NE(html.find("<path d=\"M"), std::string::npos);  // the cross
+}
+
+}  // namespace
+}  // namespace tessera

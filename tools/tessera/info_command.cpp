@@ -1,0 +1,70 @@
+// `tessera info TRACE...`: what a trace holds, from summarize().
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "command.hpp"
+#include "tessera/report.hpp"
+#include "trace_input.hpp"
+#include "usage_error.hpp"
+
+namespace tessera::cli {
+
+namespace {
+
+struct InfoOptions {
+  std::vector<std::string> traces;
+  TraceInputOptions input;
+};
+
+void print_info(const std::string& path, const Trace& trace) {
+  const TraceSummary summary = summarize(trace);
+  fmt::print("file            {}\n", path);
+  fmt::print("trace           {}\n", trace.name);
+  fmt::print("device          {}\n", trace.device.empty() ? "unknown" : trace.device);
+  fmt::print("events          {}\n", trace.events.size());
+  fmt::print("allocs          {}\n", summary.allocs);
+  fmt::print("frees           {}\n", summary.frees);
+  fmt::print("iterations      {}\n", summary.iterations);
+  fmt::print("initial blocks  {} ({} bytes)\n", summary.initial_blocks, summary.initial_bytes);
+  fmt::print("peak live       {} bytes ({}), {}\n", summary.peak_live_bytes, format_bytes(summary.peak_live_bytes),
+             summary.peak_event == TraceSummary::npos ? std::string("before the first event")
+                                                      : fmt::format("after event {}", summary.peak_event));
+  fmt::print("live at end     {} bytes in {} blocks\n", summary.live_bytes_at_end, summary.live_blocks_at_end);
+  fmt::print("largest alloc   {} bytes ({})\n", summary.largest_alloc, format_bytes(summary.largest_alloc));
+  fmt::print("streams         {}\n", summary.streams);
+  if (summary.first_time_us == no_time) {
+    fmt::print("time span       not recorded\n");
+  } else {
+    fmt::print("time span       {:.3f} s ({} us to {} us)\n",
+               static_cast<double>(summary.last_time_us - summary.first_time_us) / 1e6, summary.first_time_us,
+               summary.last_time_us);
+  }
+}
+
+int run_info(const InfoOptions& options) {
+  int status = 0;
+  for (std::size_t i = 0; i < options.traces.size(); ++i) {
+    auto trace = read_input_trace(options.traces[i], options.input);
+    if (!trace) {
+      fmt::print(stderr, "tessera info: {}\n", trace.error().message);
+      status = exit_failure;
+      continue;
+    }
+    if (i > 0) fmt::print("\n");
+    print_info(options.traces[i], *trace);
+  }
+  return status;
+}
+
+}  // namespace
+
+Command add_info_command(CLI::App& parent) {
+  auto options = std::make_shared<InfoOptions>();
+  CLI::App* app = parent.add_subcommand("info", "Summarize traces: events, peak live bytes, streams, time span");
+  app->add_option("traces", options->traces, "Trace files")->required();
+  add_trace_input_options(*app, options->input);
+  return {app, [options] { return run_info(*options); }};
+}
+
+}  // namespace tessera::cli

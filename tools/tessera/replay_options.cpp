@@ -1,0 +1,50 @@
+#include "replay_options.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "sizes.hpp"
+#include "tessera/allocator.hpp"
+#include "usage_error.hpp"
+
+namespace tessera::cli {
+
+void add_replay_arguments(CLI::App& app, ReplayArguments& arguments) {
+  app.add_option("--allocators", arguments.allocators,
+                 fmt::format("Comma-separated: {} (default: all)", fmt::join(replay_allocator_names(), ", ")))
+      ->delimiter(',');
+  app.add_option("--driver", arguments.driver,
+                 "Driver to replay on: sim (modelled, any size) or host (real "
+                 "memory mappings)")
+      ->check(CLI::IsMember({"sim", "host"}))
+      ->capture_default_str();
+  app.add_option("--capacity", arguments.capacity, "Device capacity, e.g. 80GiB (default: unlimited)");
+  app.add_option("--granule", arguments.granule, "The driver's granule, a power of two")->capture_default_str();
+  app.add_option("--conf", arguments.conf,
+                 "Tessera's configuration, key:value,... as TESSERA_ALLOC_CONF (default: "
+                 "that variable)");
+  app.add_option("--jobs,-j", arguments.jobs, jobs_help)->capture_default_str();
+}
+
+ReplayPlan make_replay_plan(const ReplayArguments& arguments) {
+  ReplayPlan plan;
+  plan.allocators = resolve_allocators(arguments.allocators, "--allocators");
+  plan.options.driver = arguments.driver;
+  if (arguments.capacity) plan.options.capacity = parse_size_argument("--capacity", *arguments.capacity);
+  plan.options.granularity = parse_size_argument("--granule", arguments.granule);
+  if (!is_power_of_two(plan.options.granularity)) {
+    throw UsageError(fmt::format("--granule: '{}' is not a power of two", arguments.granule));
+  }
+  if (plan.options.capacity && *plan.options.capacity < plan.options.granularity) {
+    throw UsageError(fmt::format("--capacity: '{}' is less than one granule", *arguments.capacity));
+  }
+  auto config = arguments.conf ? parse_allocator_config(*arguments.conf) : allocator_config_from_environment();
+  if (!config) {
+    throw UsageError(fmt::format("{}: {}", arguments.conf ? "--conf" : "TESSERA_ALLOC_CONF", config.error().message));
+  }
+  plan.options.tessera_config = *config;
+  plan.jobs = arguments.jobs;
+  return plan;
+}
+
+}  // namespace tessera::cli
