@@ -69,7 +69,9 @@ struct ReplayResult {
   CallTally driver_calls;            // every call the allocator made, by kind
   std::uint64_t driver_time_ns = 0;  // modelled (sim) or measured (host)
   std::uint64_t syncs = 0;
-  double host_ns_per_op = 0;  // allocate/deallocate bookkeeping, driver time excluded
+  // allocate/deallocate bookkeeping: the replay loop's wall time less the driver's, per operation (the
+  // replay's own sampling adds a few ns)
+  double host_ns_per_op = 0;
   std::size_t events = 0;     // trace events replayed (initial blocks not counted)
   // Driver calls made in each iteration the trace marks (empty when it marks none).
   std::vector<std::uint64_t> calls_per_iteration;

@@ -107,22 +107,6 @@ void finish_driver_figures(const Rig& rig, ReplayResult& result) {
                  result.driver_calls.calls_of(DriverCall::synchronize_event);
 }
 
-// The allocator's own time per operation, in a second pass without sampling: wall time of the whole loop
-// less the time spent in the driver.
-Result<double> measure_host_time(const Trace& trace, const ReplayOptions& options) {
-  auto rig = build_rig(trace, options, options.capacity);
-  if (!rig) return std::move(rig).error();
-  ReplayResult scratch;
-  const auto start = std::chrono::steady_clock::now();
-  auto ran = run(trace, *rig, scratch, [](std::size_t, Bytes, bool) {});
-  const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
-  if (!ran) return std::move(ran).error();
-  const std::size_t operations = trace.initial_blocks.size() + scratch.events;
-  if (operations == 0) return 0.0;
-  const auto driver_ns = static_cast<double>(rig->driver->tally().total_nanoseconds());
-  return std::max(0.0, (static_cast<double>(took.count()) - driver_ns) / static_cast<double>(operations));
-}
-
 }  // namespace
 
 Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
@@ -143,8 +127,16 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
   std::uint64_t calls_at_iteration = 0;
   bool in_iteration = false;
   Driver& driver = *rig->driver;
+  // Reserved bytes change only when a page is created or released: ask the driver only then.
+  Bytes reserved = driver.census().page_bytes;
+  std::uint64_t page_calls = 0;
   auto observe = [&](std::size_t index, Bytes live, bool iteration_marker) {
-    const Bytes reserved = driver.census().page_bytes;
+    const CallTally& tally = rig->driver->tally();
+    const std::uint64_t page_calls_now = tally.calls_of(DriverCall::create_page) + tally.calls_of(DriverCall::release_page);
+    if (page_calls_now != page_calls) {
+      page_calls = page_calls_now;
+      reserved = driver.census().page_bytes;
+    }
     if (live > result.peak_allocated) result.reserved_at_peak_allocated = reserved;
     result.peak_allocated = std::max(result.peak_allocated, live);
     result.peak_reserved = std::max(result.peak_reserved, reserved);
@@ -162,8 +154,17 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
       in_iteration = true;
     }
   };
-  if (auto ran = run(trace, *rig, result, observe, options.keep_state ? &result.addresses : nullptr); !ran) {
-    return std::move(ran).error();
+  const auto start = std::chrono::steady_clock::now();
+  auto ran = run(trace, *rig, result, observe, options.keep_state ? &result.addresses : nullptr);
+  const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+  if (!ran) return std::move(ran).error();
+  // The allocator's own time per operation: the loop's wall time less the time spent in the driver (the
+  // sampling above adds a few nanoseconds per event).
+  const std::size_t operations = trace.initial_blocks.size() + result.events;
+  if (operations > 0) {
+    const auto driver_ns = static_cast<double>(rig->driver->tally().total_nanoseconds());
+    result.host_ns_per_op =
+        std::max(0.0, (static_cast<double>(took.count()) - driver_ns) / static_cast<double>(operations));
   }
   if (options.keep_state) {
     if (const auto* tessera = dynamic_cast<const TesseraAllocator*>(rig->allocator.get())) {
@@ -177,11 +178,6 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
                                 : 1.0 - static_cast<double>(result.peak_allocated) / static_cast<double>(result.peak_reserved);
   result.avg_frag = frag_samples == 0 ? 0.0 : frag_sum / static_cast<double>(frag_samples);
   finish_driver_figures(*rig, result);
-  rig->allocator.reset();  // its pages go back before the timing pass builds its own
-
-  auto host_time = measure_host_time(trace, options);
-  if (!host_time) return std::move(host_time).error();
-  result.host_ns_per_op = *host_time;
   return result;
 }
 

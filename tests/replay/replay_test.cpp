@@ -1,0 +1,148 @@
+// The replay engine's metrics, on hand-made traces whose answers are known.
+#include <gtest/gtest.h>
+
+#include "tessera/replay.hpp"
+
+namespace tessera {
+namespace {
+
+// One block live before the trace, then a few allocations and frees on one stream.
+Trace small_trace() {
+  Trace trace;
+  trace.name = "small";
+  trace.streams = {default_stream};
+  trace.initial_blocks = {{0, 1 * MiB, 0}};
+  trace.events = {
+      TraceEvent::alloc(1, 4 * MiB, 0),  // 5 MiB live
+      TraceEvent::alloc(2, 6 * MiB, 0),  // 11 MiB live: the peak
+      TraceEvent::free(1, 4 * MiB, 0),
+      TraceEvent::alloc(3, 3 * MiB, 0),
+      TraceEvent::free(2, 6 * MiB, 0),
+      TraceEvent::free(3, 3 * MiB, 0),
+  };
+  trace.block_count = 4;
+  return trace;
+}
+
+// The same step three times, marked as iterations.
+Trace repeating_trace() {
+  Trace trace;
+  trace.name = "repeating";
+  trace.streams = {default_stream};
+  BlockId next = 0;
+  for (std::uint64_t iteration = 0; iteration < 3; ++iteration) {
+    trace.events.push_back(TraceEvent::iteration(iteration));
+    const BlockId a = next++;
+    const BlockId b = next++;
+    trace.events.push_back(TraceEvent::alloc(a, 7 * MiB, 0));
+    trace.events.push_back(TraceEvent::alloc(b, 300 * KiB, 0));
+    trace.events.push_back(TraceEvent::free(a, 7 * MiB, 0));
+    trace.events.push_back(TraceEvent::free(b, 300 * KiB, 0));
+  }
+  trace.block_count = next;
+  return trace;
+}
+
+ReplayResult must(Result<ReplayResult> result) {
+  if (!result) throw std::runtime_error(describe(result.error()));
+  return std::move(result).value();
+}
+
+TEST(Replay, MeasuresPeaksAndFragmentationAsDefined) {
+  const Trace trace = small_trace();
+  const ReplayResult result = must(replay(trace, {}));
+  EXPECT_EQ(result.peak_allocated, 11 * MiB) << "initial blocks count towards the peak";
+  EXPECT_GE(result.peak_reserved, 12 * MiB) << "at least the granules under the live bytes";
+  EXPECT_LE(result.reserved_at_peak_allocated, result.peak_reserved);
+  EXPECT_DOUBLE_EQ(result.frag_at_peak, 1.0 - 11.0 * MiB / static_cast<double>(result.peak_reserved));
+  EXPECT_GT(result.avg_frag, 0.0);
+  EXPECT_LT(result.avg_frag, 1.0);
+  EXPECT_EQ(result.events, trace.events.size());
+  EXPECT_FALSE(result.oom);
+  EXPECT_GT(result.driver_calls.calls_of(DriverCall::create_page), 0u);
+  EXPECT_GT(result.driver_time_ns, 0u) << "the sim driver charges modelled time";
+  EXPECT_EQ(result.driver_calls.calls_of(DriverCall::release_page), 0u) << "a caching allocator keeps its pages";
+}
+
+TEST(Replay, MinCapacityFitsAndOneGranuleLessDoesNot) {
+  const Trace trace = small_trace();
+  for (const char* allocator : {"tessera", "pytorch", "expandable", "gmlake"}) {
+    ReplayOptions options;
+    options.allocator = allocator;
+    const ReplayResult result = must(replay_with_min_capacity(trace, options));
+    ASSERT_TRUE(result.min_capacity.has_value()) << allocator;
+    const Bytes fits = *result.min_capacity;
+    EXPECT_EQ(fits % (2 * MiB), 0u) << allocator;
+    EXPECT_GE(fits, 12 * MiB) << allocator;
+    ASSERT_TRUE(result.overhead.has_value());
+    EXPECT_DOUBLE_EQ(*result.overhead, static_cast<double>(fits) / (11.0 * MiB) - 1.0);
+    options.capacity = fits;
+    EXPECT_FALSE(must(replay(trace, options)).oom) << allocator << " at its min capacity";
+    options.capacity = fits - 2 * MiB;
+    EXPECT_TRUE(must(replay(trace, options)).oom) << allocator << " one granule below its min capacity";
+  }
+}
+
+TEST(Replay, OutOfMemoryEndsTheReplayAndSaysWhere) {
+  ReplayOptions options;
+  options.capacity = 6 * MiB;
+  const ReplayResult result = must(replay(small_trace(), options));
+  EXPECT_TRUE(result.oom);
+  ASSERT_TRUE(result.oom_event.has_value());
+  EXPECT_EQ(*result.oom_event, 1u) << "the 6 MiB allocation does not fit beside 5 MiB live";
+  EXPECT_NE(result.oom_message.find("out of memory"), std::string::npos);
+  EXPECT_EQ(result.events, 1u);
+}
+
+TEST(Replay, CountsDriverCallsPerIterationAndTesseraReachesZero) {
+  const ReplayResult result = must(replay(repeating_trace(), {}));
+  ASSERT_EQ(result.calls_per_iteration.size(), 3u);
+  EXPECT_GT(result.calls_per_iteration[0], 0u) << "the first iteration maps its pages";
+  EXPECT_EQ(result.calls_per_iteration[1], 0u);
+  EXPECT_EQ(result.calls_per_iteration[2], 0u);
+}
+
+TEST(Replay, IdealIsTheLiveBytesRoundedToTheGranule) {
+  const ReplayResult ideal = ideal_result(small_trace(), 2 * MiB);
+  EXPECT_EQ(ideal.peak_allocated, 11 * MiB);
+  EXPECT_EQ(ideal.peak_reserved, 11 * MiB);
+  EXPECT_EQ(ideal.min_capacity, 12 * MiB);
+  EXPECT_DOUBLE_EQ(*ideal.overhead, 12.0 / 11.0 - 1.0);
+}
+
+TEST(Replay, KeepsAddressesAndTheTesseraStateWhenAsked) {
+  ReplayOptions options;
+  options.keep_state = true;
+  const ReplayResult tessera = must(replay(small_trace(), options));
+  ASSERT_EQ(tessera.addresses.size(), 4u);
+  for (Address address : tessera.addresses) EXPECT_NE(address, 0u);
+  EXPECT_TRUE(tessera.final_state.has_value());
+  options.allocator = "pytorch";
+  const ReplayResult pytorch = must(replay(small_trace(), options));
+  EXPECT_EQ(pytorch.addresses.size(), 4u);
+  EXPECT_FALSE(pytorch.final_state.has_value()) << "only Tessera's allocator has a snapshot of its own";
+}
+
+TEST(Replay, BadInputIsANamedError) {
+  Trace broken = small_trace();
+  broken.events.push_back(TraceEvent::free(3, 3 * MiB, 0));  // a second free of block 3
+  auto refused = replay(broken, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::invalid_argument);
+
+  ReplayOptions unknown;
+  unknown.allocator = "jemalloc";
+  auto named = replay(small_trace(), unknown);
+  ASSERT_FALSE(named.ok());
+  EXPECT_NE(named.error().message.find("'jemalloc'"), std::string::npos);
+  EXPECT_NE(named.error().message.find("tessera"), std::string::npos);
+
+  ReplayOptions driver;
+  driver.driver = "cuda";
+  auto no_device = replay(small_trace(), driver);
+  ASSERT_FALSE(no_device.ok());
+  EXPECT_NE(no_device.error().message.find("sim or host"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
