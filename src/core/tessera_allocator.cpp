@@ -47,6 +47,9 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
 
 TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   std::lock_guard lock(mutex_);
+  // Work may still be queued on blocks freed in stream order, or on streams a pending free waits for:
+  // the proof before unmapping anything is a device-wide synchronize. Nothing here can report a failure.
+  (void)driver_.synchronize_device();
   for (auto& arena : arenas_) {
     for (const Region& region : arena->regions()) {
       for (std::size_t slot = 0; slot < region.table_size(); ++slot) {
@@ -162,7 +165,7 @@ Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
 }
 
 Arena* TesseraAllocatorImpl::arena_for(StreamId stream, MemoryPool pool) {
-  const std::uint64_t key = (static_cast<std::uint64_t>(stream) << 1) | (pool == MemoryPool::small ? 1u : 0u);
+  const std::pair key{static_cast<std::uintptr_t>(stream), pool};
   auto found = arena_by_key_.find(key);
   if (found != arena_by_key_.end()) return found->second;
   arenas_.push_back(std::make_unique<Arena>(stream, pool, granule_, reclaim_list_));

@@ -6,6 +6,7 @@
 // none.
 #pragma once
 
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -112,7 +113,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   std::uint64_t clock_ = 0;
   ReclaimList reclaim_list_;  // before arenas_: the arenas unlink their blocks as they go
   std::vector<std::unique_ptr<Arena>> arenas_;
-  std::unordered_map<std::uint64_t, Arena*> arena_by_key_;
+  std::map<std::pair<std::uintptr_t, MemoryPool>, Arena*> arena_by_key_;  // every bit of the stream counts
   AddressTable<LiveEntry> live_;
   std::unordered_map<const Block*, std::vector<StreamId>> extra_streams_;
   std::vector<Pending> pending_;
