@@ -84,7 +84,9 @@ std::optional<std::string> check_page_table(const Region& region, std::size_t& m
   for (std::size_t slot = 0; slot < region.table_size();) {
     const std::uint32_t size = region.page_at(slot);
     if (size == 0) {
-      if (region.is_mapped(slot)) return fmt::format("region {:#x}: slot {} is mapped outside any page", region.base, slot);
+      if (region.is_mapped(slot) || region.is_accessible(slot)) {
+        return fmt::format("region {:#x}: slot {} is mapped outside any page", region.base, slot);
+      }
       ++slot;
       continue;
     }
@@ -146,7 +148,9 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
         if (!is_free) {
           const SlotRange touched = arena->touched_slots(*block);
           for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
-            if (!region.is_mapped(slot)) return fmt::format("block {:#x}: slot {} has no page", block->address, slot);
+            if (!region.is_accessible(slot)) {
+              return fmt::format("block {:#x}: slot {} has no accessible page", block->address, slot);
+            }
           }
         }
         if (block->live) {

@@ -141,6 +141,13 @@ void Arena::set_page(Region& region, std::size_t head, Page page) {
   region.mapped += page.granules;
 }
 
+void Arena::set_accessible(Region& region, std::size_t head, bool accessible) {
+  for (std::size_t slot = head; slot < head + region.page_granules[head]; ++slot) {
+    const std::uint64_t bit = std::uint64_t{1} << (slot % 64);
+    region.mapped_bits[slot / 64] = accessible ? region.mapped_bits[slot / 64] | bit : region.mapped_bits[slot / 64] & ~bit;
+  }
+}
+
 Page Arena::clear_page(Region& region, std::size_t head) {
   const Page page{region.pages[head], region.page_granules[head]};
   assert(page.granules > 0);

@@ -39,12 +39,18 @@ struct Region {
   // first slot (the head) records k in page_granules, the others 0.
   std::vector<PageId> pages;
   std::vector<std::uint32_t> page_granules;
-  std::vector<std::uint64_t> mapped_bits;  // bit per slot, for whole-range checks a word at a time
+  // Bit per slot: mapped *and* accessible, for the fast path's whole-range check a word at a time. A page
+  // whose access could not be set (and which could not be unmapped either) keeps its slots in `pages`
+  // with the bits clear, so that no block is handed out over it before access is set.
+  std::vector<std::uint64_t> mapped_bits;
   std::size_t mapped = 0;
   Block* first_block = nullptr;
   Block* last_block = nullptr;  // when free: the region's untouched tail, kept out of the free index
 
   bool is_mapped(std::size_t slot) const noexcept { return slot < pages.size() && pages[slot] != PageId{0}; }
+  bool is_accessible(std::size_t slot) const noexcept {
+    return slot < pages.size() && (mapped_bits[slot / 64] >> (slot % 64) & 1u) != 0;
+  }
   // The page size in granules if a page starts at `slot`, else 0.
   std::uint32_t page_at(std::size_t slot) const noexcept { return slot < pages.size() ? page_granules[slot] : 0; }
   std::size_t table_size() const noexcept { return pages.size(); }
@@ -122,6 +128,8 @@ class Arena {
 
   // Records a page of `granules` granules mapped from slot `head` on.
   void set_page(Region& region, std::size_t head, Page page);
+  // Marks the page at slot `head` as mapped without access (or with it again).
+  void set_accessible(Region& region, std::size_t head, bool accessible);
   // Forgets the page that starts at slot `head`, and answers it.
   Page clear_page(Region& region, std::size_t head);
 

@@ -104,6 +104,16 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
   const SlotRange touched = arena.touched_slots(block);
   if (region.all_mapped(touched)) return {};  // the fast path: cached memory
 
+  // Pages left mapped without access by an earlier failure get their access now, or the block fails.
+  for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
+    if (!region.is_mapped(slot) || region.is_accessible(slot)) continue;
+    std::size_t head = slot;
+    while (region.page_at(head) == 0) --head;
+    const Bytes size = region.page_at(head) * granule_;
+    if (auto done = driver_.set_access(region.slot_address(head, granule_), size); !done) return done;
+    arena.set_accessible(region, head, true);
+  }
+
   gaps_.clear();
   assignments_.clear();
   for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
@@ -184,7 +194,9 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
     Bytes kept_bytes = 0;
     for (std::size_t i = 0; i < mapped; ++i) {
       const Assignment& assignment = assignments_[i];
-      if (!driver_.unmap(region.slot_address(assignment.head, granule_))) {  // stays mapped: still consistent
+      if (!driver_.unmap(region.slot_address(assignment.head, granule_))) {
+        // Stays mapped, but maybe without access: marked so, it is never handed out before access is set.
+        arena.set_accessible(region, assignment.head, false);
         ++kept;
         kept_bytes += assignment.page.granules * granule_;
         continue;

@@ -64,6 +64,7 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   for (Pending& pending : pending_) {
     for (EventId event : pending.events) (void)driver_.destroy_event(event);
   }
+  for (EventId event : stale_events_) (void)driver_.destroy_event(event);
 }
 
 Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
@@ -71,7 +72,7 @@ Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
   std::lock_guard lock(mutex_);
   if (size > limit_) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
-  if (!pending_.empty()) {
+  if (!pending_.empty() || !stale_events_.empty()) {
     if (auto done = process_pending(false); !done) return std::move(done).error();
   }
   auto placed = place(rounded, size, stream);
@@ -212,6 +213,7 @@ Result<EventId> TesseraAllocatorImpl::record_event_on(StreamId stream) {
 
 // Frees the pending blocks whose events completed (all of them, waiting, when `wait`).
 Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
+  std::erase_if(stale_events_, [&](EventId event) { return driver_.destroy_event(event).ok(); });
   for (std::size_t i = 0; i < pending_.size();) {
     Pending& pending = pending_[i];
     bool complete = true;
@@ -231,7 +233,9 @@ Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
       ++i;
       continue;
     }
-    for (EventId event : pending.events) (void)driver_.destroy_event(event);
+    for (EventId event : pending.events) {
+      if (!driver_.destroy_event(event)) stale_events_.push_back(event);  // destroyed again later, not leaked
+    }
     pending.arena->give_back(pending.block, ++clock_);
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();

@@ -117,6 +117,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   AddressTable<LiveEntry> live_;
   std::unordered_map<const Block*, std::vector<StreamId>> extra_streams_;
   std::vector<Pending> pending_;
+  std::vector<EventId> stale_events_;  // events whose destroy failed: tried again at the next processing
   PagePool pool_;
   StatsObserver stats_;
   std::vector<AllocatorObserver*> observers_;
