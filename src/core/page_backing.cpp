@@ -116,6 +116,7 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
 
   gaps_.clear();
   assignments_.clear();
+  reclaimed_ids_.clear();
   for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
     if (region.is_mapped(slot)) continue;
     if (!gaps_.empty() && gaps_.back().end == slot) {
@@ -126,13 +127,11 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
   }
   const SlotRange inner = arena.inner_slots(block);
   using Reclaim = AllocatorConfig::Reclaim;
-  std::size_t from_other_blocks = 0;
   auto take_idle = [&]() -> Result<void> {
     const std::size_t missing = gap_granules();
     if (missing == 0) return {};
     auto taken = reclaim(missing);
     if (!taken) return std::move(taken).error();
-    from_other_blocks += *taken;
     fill_gaps_from_pool();
     return {};
   };
@@ -208,9 +207,15 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
     if (kept > 0) notify([&](AllocatorObserver& observer) { observer.pages_mapped(kept, kept_bytes); });
     return std::move(failure).error();
   }
+  // Stitched: the pages that reclaim took from other blocks during this call and that went into this one.
+  std::sort(reclaimed_ids_.begin(), reclaimed_ids_.end());
+  std::uint64_t moved = 0;
+  for (const Assignment& assignment : assignments_) {
+    moved += std::binary_search(reclaimed_ids_.begin(), reclaimed_ids_.end(), assignment.page.id) ? 1 : 0;
+  }
   assignments_.clear();
   notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped, mapped_bytes); });
-  if (from_other_blocks > 0) notify([&](AllocatorObserver& observer) { observer.stitched(from_other_blocks); });
+  if (moved > 0) notify([&](AllocatorObserver& observer) { observer.stitched(moved); });
   collect_garbage();
   return {};
 }
@@ -259,14 +264,16 @@ Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules) {
       failure = std::move(done);
       break;
     }
-    pool_.put(idle.arena->clear_page(region, idle.head));
+    const Page page = idle.arena->clear_page(region, idle.head);
+    reclaimed_ids_.push_back(page.id);
+    pool_.put(page);
     ++pages;
     taken += idle.granules;
   }
   if (pages > 0) {
     notify([&](AllocatorObserver& observer) {
       observer.pages_unmapped(pages, taken * granule_);
-      observer.reclaimed(taken);
+      observer.reclaimed(pages);
     });
   }
   drop_exhausted_candidates();

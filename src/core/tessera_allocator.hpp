@@ -126,6 +126,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   std::vector<Assignment> assignments_;
   std::vector<IdlePage> idle_;
   std::vector<Block*> visited_;
+  std::vector<PageId> reclaimed_ids_;  // pages reclaim took during one backing
 };
 
 }  // namespace tessera::core
