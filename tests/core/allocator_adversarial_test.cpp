@@ -1,4 +1,6 @@
 // Adversarial tests of the allocator: every driver call site failing (first call, middle of a multi-page
+// Three tests are DISABLED_: they reproduce open bugs (an event leaked when destroy fails on the free and
+// record paths; the destructor unmapping when its proof fails). Enable them with the fix.
 // operation, last call, and from then on), multi-granule pages with reclaim, garbage collection and memory
 // fraction changes, the reclaim policies, record_stream on held streams, and statistics recomputed from
 // what the test knows after every operation.
@@ -432,8 +434,8 @@ class Adversarial : public ::testing::Test {
   Bytes requested_ = 0, allocated_ = 0, peak_requested_ = 0, peak_allocated_ = 0, peak_reserved_seen_ = 0;
   std::uint64_t ooms_ = 0;
   std::uint64_t ooms_without_retry_ = 0;
-  // A failed destroy_event leaks its event (AFailedDestroyEventDoesNotLeakTheEvent); the sweeps and the
-  // random runs set this so that they keep looking for other faults.
+  // Set by the random runs that arm two faults at once, so that they keep looking for other faults past the
+  // event leaked by a failing record_event followed by a failing destroy_event (tested on its own).
   bool tolerate_event_leaks_ = false;
   std::uint64_t seed_ = 1;
 };
@@ -560,7 +562,6 @@ TEST_F(Adversarial, EveryCallOfGarbageCollectionMayFail) {
 // Frees that wait for other streams (record_stream on held streams), the pending list processed at the
 // next allocation, on the out-of-memory ladder and by empty_cache.
 TEST_F(Adversarial, EveryCallOfPendingFreesMayFail) {
-  tolerate_event_leaks_ = true;
   const StreamId one{1}, two{2};
   auto setup = [&] { make(16 * granule, "small_max_kb:64"); };
   auto script = [&] {
@@ -674,6 +675,94 @@ TEST_F(Adversarial, AFailedDestroyEventDoesNotLeakTheEvent) {
   alloc(granule);  // retires the pending free; its destroy_event fails
   verify("after the failed destroy");
   drain("drained");  // expects census().events == 0
+}
+
+// A free that fails at record_event and then cannot destroy the event it already recorded (or created) must
+// not forget that event for good: it is destroyed later, as a failed destroy of a retired pending free is.
+TEST_F(Adversarial, DISABLED_AFreeFailingHalfwayWithAFailingDestroyLeaksNoEvent) {
+  make(16 * granule);
+  const Address block = alloc(3 * granule);
+  must(allocator_->record_stream(block, StreamId{1}));
+  must(allocator_->record_stream(block, StreamId{2}));
+  faults_->fail(DriverCall::record_event, 2);   // the second stream's record fails...
+  faults_->fail(DriverCall::destroy_event, 1);  // ...and so does the destroy of the first stream's event
+  ASSERT_FALSE(allocator_->deallocate(block).ok());
+  faults_->clear_all();
+  verify("failed free");
+  free_(block);
+  drain("end");  // expects census().events == 0
+}
+
+TEST_F(Adversarial, DISABLED_ARecordFailingWithAFailingDestroyLeaksNoEvent) {
+  make(16 * granule);
+  const Address block = alloc(3 * granule);
+  must(allocator_->record_stream(block, StreamId{1}));
+  faults_->fail(DriverCall::record_event, 1);   // created, not recorded...
+  faults_->fail(DriverCall::destroy_event, 1);  // ...and not destroyed
+  ASSERT_FALSE(allocator_->deallocate(block).ok());
+  faults_->clear_all();
+  verify("failed free");
+  free_(block);
+  drain("end");
+}
+
+// A 16-granule page left mapped without access (set_access and then its clean-up unmap failed) under a
+// free block: a later block over part of it gets access set first; if that set_access fails too, the
+// allocation fails cleanly; reclaim can still take the page to another stream.
+TEST_F(Adversarial, ALargePageKeptWithoutAccessIsRepairedOrReclaimed) {
+  make(32 * granule, "small_max_kb:64,page_max_mb:1");
+  faults_->fail(DriverCall::set_access, 1);
+  faults_->fail(DriverCall::unmap, 1);
+  ASSERT_FALSE(allocator_->allocate(3 * granule, default_stream).ok());
+  faults_->clear_all();
+  verify("kept");
+  ASSERT_EQ(driver_->census().mappings, 1u) << "the page of 16 granules stays mapped";
+  faults_->fail(DriverCall::set_access, 1);
+  auto refused = try_alloc(2 * granule);
+  ASSERT_FALSE(refused.ok()) << "set_access of the kept page failed again";
+  verify("refused");
+  const Address block = alloc(2 * granule);  // access set now
+  verify("repaired");
+  free_(block);
+  // The device is full with 16 more granules on stream 1; 16 more on stream 2 must come from reclaiming
+  // the kept page.
+  const Address other = alloc(16 * granule, StreamId{1});
+  const Address moved = alloc(16 * granule, StreamId{2});
+  verify("reclaimed");
+  EXPECT_GE(allocator_->tessera_stats().pages_stitched, 1u);
+  free_(other);
+  free_(moved);
+  drain("end");
+}
+
+// The same kept page, never repaired: empty_cache takes it back like any other idle page.
+TEST_F(Adversarial, APageKeptWithoutAccessGoesBackOnEmptyCache) {
+  make(16 * granule);
+  faults_->fail(DriverCall::map, 2);
+  faults_->fail(DriverCall::unmap, 1);
+  ASSERT_FALSE(allocator_->allocate(3 * granule, default_stream).ok());
+  faults_->clear_all();
+  verify("kept");
+  EXPECT_EQ(driver_->census().mappings, 1u);
+  must(allocator_->empty_cache());
+  verify("emptied");
+  EXPECT_EQ(driver_->census().pages, 0u);
+  drain("end");
+}
+
+// The destructor proves the device idle before unmapping; if that proof fails, unmapping anyway would pull
+// pages from under work that may still run. (Leaking them at teardown is the safe answer.)
+TEST_F(Adversarial, DISABLED_DestroyingTheAllocatorDoesNotUnmapWhenTheProofFails) {
+  make(16 * granule);
+  const StreamId stream{5};
+  hold(stream);
+  const Address block = alloc(3 * granule, stream);
+  use(block);
+  free_(block);
+  faults_->fail(DriverCall::synchronize_device, 1, Repeat::from_then_on);
+  faults_->fail(DriverCall::synchronize_stream, 1, Repeat::from_then_on);
+  allocator_.reset();
+  for (const auto& violation : witness_->violations()) ADD_FAILURE() << violation;
 }
 
 // The allocator's destructor unmaps cached pages: the work still queued on the stream that freed them
@@ -983,13 +1072,13 @@ TEST_P(AdversarialRandom, RandomFaultsNeverBreakAnInvariant) {
                            "small_max_kb:32,page_max_mb:1,garbage_collection_threshold:0.4,virtual_factor:1"};
   const char* config = configs[seed % 6];
   SCOPED_TRACE(config);
-  // Odd seeds arm two kinds of fault at once (a failure, then a failing clean-up); they run without
-  // require_set_access, where a page kept mapped without access is harmless (see the targeted tests).
+  // Odd seeds arm two kinds of fault at once: a failure, then a failing clean-up (a page kept mapped without
+  // access, which require_set_access makes visible to the data checks).
   const bool two_faults = seed % 2 == 1;
   // Every third seed on a small device: more out of memory, more stitching.
   const Bytes capacity = seed % 3 == 0 ? 24 * granule : 64 * granule;
-  make(capacity, config, !two_faults);
-  tolerate_event_leaks_ = true;
+  make(capacity, config);
+  tolerate_event_leaks_ = two_faults;  // a failing record and a failing destroy: see AFreeFailing...LeaksNoEvent
   const StreamId stream_ids[] = {default_stream, StreamId{1}, StreamId{2}};
   std::vector<Address> order;
   std::vector<Address> freed;  // for double frees
