@@ -1,6 +1,4 @@
 // Adversarial tests of the allocator: every driver call site failing (first call, middle of a multi-page
-// Three tests are DISABLED_: they reproduce open bugs (an event leaked when destroy fails on the free and
-// record paths; the destructor unmapping when its proof fails). Enable them with the fix.
 // operation, last call, and from then on), multi-granule pages with reclaim, garbage collection and memory
 // fraction changes, the reclaim policies, record_stream on held streams, and statistics recomputed from
 // what the test knows after every operation.
@@ -10,6 +8,8 @@
 // stream contract: the test tells it which ranges the work queued on a held stream touches, and it
 // records a violation whenever the allocator unmaps such a range before proving that work finished
 // (a synchronize of the stream, or of an event recorded on it afterwards), or hands it to another stream.
+// Three tests are DISABLED_: they reproduce open bugs (an event leaked when destroy fails on the free and
+// record paths; the destructor unmapping when its proof fails). Enable them with the fix.
 #include <gtest/gtest.h>
 
 #include <algorithm>
