@@ -5,6 +5,8 @@
 // close to the bytes that are live. docs/allocator.md walks one allocation through every layer.
 #pragma once
 
+#include <cstddef>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +16,7 @@
 #include "tessera/allocator_observer.hpp"
 #include "tessera/device_allocator.hpp"
 #include "tessera/driver.hpp"
+#include "tessera/trace.hpp"
 
 namespace tessera {
 
@@ -97,6 +100,18 @@ struct TesseraStats {
   std::uint64_t syncs = 0;
 };
 
+// The allocation history (PyTorch's torch.cuda.memory._record_memory_history): the newest allocs and frees,
+// with the addresses they had, and the allocator's segments at the moment it was taken — what
+// write_pytorch_snapshot needs to write a file that pytorch.org/memory_viz opens.
+struct AllocationHistory {
+  // Oldest first. Blocks allocated before the window (or before recording began) are initial blocks: those
+  // freed inside the window, then those still live. Stream indices follow first use.
+  Trace trace;
+  std::vector<Address> addresses;  // addresses[id]: the address block `id` had
+  AllocatorSnapshot state;         // segments and blocks when the history was taken
+  std::size_t dropped_events = 0;  // recorded events that fell out of the ring
+};
+
 class TesseraAllocator : public DeviceAllocator {
  public:
   virtual TesseraStats tessera_stats() const = 0;
@@ -109,7 +124,17 @@ class TesseraAllocator : public DeviceAllocator {
   virtual void add_observer(AllocatorObserver& observer) = 0;
   // Checks every invariant from scratch; a description of the first broken one.
   virtual std::optional<std::string> check() const = 0;
+  // Starts recording the allocation history into a ring of the newest `max_events` allocs and frees
+  // (PyTorch's max_entries); 0 stops recording and forgets what was recorded. Recording again resizes the
+  // ring and keeps the newest events.
+  virtual void record_history(std::size_t max_events) = 0;
+  // The history and the state, taken together under the allocator's lock.
+  virtual AllocationHistory history() const = 0;
 };
+
+// Writes history() as a PyTorch snapshot file under `device` (gzip when the path ends in ".gz").
+Result<void> write_history_snapshot(const TesseraAllocator& allocator, const std::filesystem::path& path,
+                                    int device = 0);
 
 // The allocator does not own the driver; one allocator per device. Thread-safe.
 Result<std::unique_ptr<TesseraAllocator>> make_tessera_allocator(Driver& driver, const AllocatorConfig& config = {});

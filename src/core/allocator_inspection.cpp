@@ -40,6 +40,20 @@ TesseraStats TesseraAllocatorImpl::tessera_stats() const {
 
 AllocatorSnapshot TesseraAllocatorImpl::snapshot() const {
   std::lock_guard lock(mutex_);
+  return snapshot_locked();
+}
+
+void TesseraAllocatorImpl::record_history(std::size_t max_events) {
+  std::lock_guard lock(mutex_);
+  history_.resize(max_events);
+}
+
+AllocationHistory TesseraAllocatorImpl::history() const {
+  std::lock_guard lock(mutex_);
+  return history_.build(snapshot_locked());
+}
+
+AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
   AllocatorSnapshot snapshot;
   snapshot.pooled_bytes = pool_.granules() * granule_;
   for (const auto& arena : arenas_) {

@@ -1,7 +1,8 @@
 // The Tessera allocator's class, shared by the files that implement one concern each:
 //   tessera_allocator.cpp     the requests: allocate, free, record_stream, empty_cache, placement, streams
 //   page_backing.cpp          the pages: where a block's pages come from, reclaim, release, garbage collection
-//   allocator_inspection.cpp  stats, snapshot, the out-of-memory report and check()
+//   allocator_inspection.cpp  stats, snapshot, history, the out-of-memory report and check()
+//   history_recorder.cpp      the allocation history ring (an observer) and its trace
 // Every driver call of the allocator is in these files; layers 2 and 3 (arena, free index, page pool) make
 // none.
 #pragma once
@@ -14,6 +15,7 @@
 #include "core/address_table.hpp"
 #include "core/arena.hpp"
 #include "core/page_pool.hpp"
+#include "core/history_recorder.hpp"
 #include "core/stats_observer.hpp"
 #include "tessera/allocator.hpp"
 
@@ -39,6 +41,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   AllocatorSnapshot snapshot() const override;
   void add_observer(AllocatorObserver& observer) override;
   std::optional<std::string> check() const override;
+  void record_history(std::size_t max_events) override;
+  AllocationHistory history() const override;
 
  private:
   struct LiveEntry {
@@ -75,6 +79,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   template <class Notify>
   void notify(Notify&& call) {
     call(stats_);
+    call(history_);
     for (AllocatorObserver* observer : observers_) call(*observer);
   }
 
@@ -101,6 +106,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   std::size_t gap_granules() const;
 
   // allocator_inspection.cpp
+  AllocatorSnapshot snapshot_locked() const;
   Error out_of_memory(Bytes requested, std::string_view why);
 
   mutable std::mutex mutex_;
@@ -120,6 +126,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   std::vector<EventId> stale_events_;  // events whose destroy failed: tried again at the next processing
   PagePool pool_;
   StatsObserver stats_;
+  HistoryRecorder history_;
   std::vector<AllocatorObserver*> observers_;
   // Scratch, kept to avoid allocations on the slow path.
   std::vector<Gap> gaps_;
