@@ -47,17 +47,19 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
 
 TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   std::lock_guard lock(mutex_);
-  // Work may still be queued on blocks freed in stream order, or on streams a pending free waits for:
-  // the proof before unmapping anything is a device-wide synchronize. Nothing here can report a failure.
-  (void)driver_.synchronize_device();
-  for (auto& arena : arenas_) {
-    for (const Region& region : arena->regions()) {
-      for (std::size_t slot = 0; slot < region.table_size(); ++slot) {
-        if (region.page_at(slot) == 0) continue;
-        (void)driver_.unmap(region.slot_address(slot, granule_));
-        (void)driver_.release_page(region.pages[slot]);
+  // Work may still be queued on blocks freed in stream order, or on streams a pending free waits for: no
+  // page is unmapped without proof that it finished. Without that proof the mapped pages are left to the
+  // process's end (a leak, not a corruption); pooled pages are unmapped and always safe to release.
+  if (device_proven_idle()) {
+    for (auto& arena : arenas_) {
+      for (const Region& region : arena->regions()) {
+        for (std::size_t slot = 0; slot < region.table_size(); ++slot) {
+          if (region.page_at(slot) == 0) continue;
+          (void)driver_.unmap(region.slot_address(slot, granule_));
+          (void)driver_.release_page(region.pages[slot]);
+        }
+        (void)driver_.release_reservation(region.base);
       }
-      (void)driver_.release_reservation(region.base);
     }
   }
   pool_.visit([&](Page page) { (void)driver_.release_page(page.id); });
@@ -65,6 +67,28 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
     for (EventId event : pending.events) (void)driver_.destroy_event(event);
   }
   for (EventId event : stale_events_) (void)driver_.destroy_event(event);
+}
+
+// A device-wide synchronize; failing that, every stream this allocator has seen, one by one.
+bool TesseraAllocatorImpl::device_proven_idle() {
+  if (driver_.synchronize_device()) return true;
+  auto idle = [&](StreamId stream) { return driver_.synchronize_stream(stream).ok(); };
+  for (const auto& arena : arenas_) {
+    if (!idle(arena->stream())) return false;
+  }
+  for (const auto& [block, streams] : extra_streams_) {
+    if (!std::all_of(streams.begin(), streams.end(), idle)) return false;
+  }
+  for (const Pending& pending : pending_) {
+    for (EventId event : pending.events) {
+      if (!driver_.synchronize_event(event)) return false;
+    }
+  }
+  return true;
+}
+
+void TesseraAllocatorImpl::destroy_or_defer(EventId event) {
+  if (!driver_.destroy_event(event)) stale_events_.push_back(event);  // destroyed again later, not leaked
 }
 
 Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
@@ -106,7 +130,7 @@ Result<void> TesseraAllocatorImpl::deallocate(Address address) {
   for (StreamId user : extra->second) {
     auto recorded = record_event_on(user);
     if (!recorded) {
-      for (EventId done : pending.events) (void)driver_.destroy_event(done);
+      for (EventId done : pending.events) destroy_or_defer(done);
       return std::move(recorded).error();  // the block stays live: the caller may free it again
     }
     pending.events.push_back(*recorded);
@@ -145,8 +169,16 @@ Result<void> TesseraAllocatorImpl::set_memory_fraction(double fraction) {
   }
   std::lock_guard lock(mutex_);
   const auto allowed = static_cast<Bytes>(static_cast<double>(driver_.capacity()) * fraction);
+  // The limit holds from now on even when giving back fails below (live blocks may exceed it anyway, as
+  // in PyTorch); the pages that could not go back stay cached and consistent.
   limit_ = std::max(granule_, allowed / granule_ * granule_);
-  return give_back_above(limit_);
+  (void)process_pending(false);  // frees whose events completed can give their pages back too
+  if (auto given = give_back_above(limit_); !given) {
+    return make_error(given.error().code, fmt::format("tessera: memory limit lowered to {} bytes, but giving back "
+                                                      "the cached pages above it failed: {}",
+                                                      limit_, given.error().message));
+  }
+  return {};
 }
 
 void TesseraAllocatorImpl::add_observer(AllocatorObserver& observer) {
@@ -205,7 +237,7 @@ Result<EventId> TesseraAllocatorImpl::record_event_on(StreamId stream) {
   auto event = driver_.create_event();
   if (!event) return event;
   if (auto recorded = driver_.record_event(*event, stream); !recorded) {
-    (void)driver_.destroy_event(*event);
+    destroy_or_defer(*event);
     return std::move(recorded).error();
   }
   return event;
@@ -222,9 +254,9 @@ Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
         if (auto done = driver_.synchronize_event(event); !done) return done;
         continue;
       }
+      // A query that fails proves nothing: the block stays pending, and a later wait decides.
       auto queried = driver_.query_event(event);
-      if (!queried) return std::move(queried).error();
-      if (!*queried) {
+      if (!queried || !*queried) {
         complete = false;
         break;
       }
@@ -233,9 +265,7 @@ Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
       ++i;
       continue;
     }
-    for (EventId event : pending.events) {
-      if (!driver_.destroy_event(event)) stale_events_.push_back(event);  // destroyed again later, not leaked
-    }
+    for (EventId event : pending.events) destroy_or_defer(event);
     pending.arena->give_back(pending.block, ++clock_);
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();

@@ -90,6 +90,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   Bytes region_span(Bytes at_least) const;
   Result<Address> place(Bytes rounded, Bytes requested, StreamId stream);
   Result<EventId> record_event_on(StreamId stream);
+  void destroy_or_defer(EventId event);
+  bool device_proven_idle();
   Result<void> process_pending(bool wait);
 
   // page_backing.cpp
