@@ -65,6 +65,7 @@ struct DriverCapabilities {
   bool data_access = false;         // write()/read() reach real memory (host, CUDA, Ascend)
   bool host_pointers = false;       // addresses are host pointers the CPU may dereference (host)
   bool asynchronous = false;        // events may stay pending while the device works (CUDA, Ascend)
+  bool partial_map = false;         // map_part(): a granule-aligned part of a page on its own (CUDA, host, sim)
 };
 
 // What a driver holds right now; a leak check compares it with the state a test expects.
@@ -111,6 +112,10 @@ class Driver {
 
   // Mappings.
   virtual Result<void> map(Address at, PageId page) = 0;
+  // Maps bytes [offset, offset + size) of the page at `at` (capability partial_map; else Errc::unsupported):
+  // one physical page cut into parts mapped, and unmapped, independently — cuMemMap's offset argument.
+  // offset and size are granule multiples. A call of kind DriverCall::map.
+  virtual Result<void> map_part(Address at, PageId page, Bytes offset, Bytes size) = 0;
   virtual Result<void> set_access(Address at, Bytes size) = 0;  // every byte of the range must be mapped
   virtual Result<void> unmap(Address at) = 0;                   // the mapping that starts at `at`
 

@@ -29,6 +29,7 @@ class ForwardingDriver : public Driver {
   Result<PageId> create_page(Bytes size) override;
   Result<void> release_page(PageId page) override;
   Result<void> map(Address at, PageId page) override;
+  Result<void> map_part(Address at, PageId page, Bytes offset, Bytes size) override;
   Result<void> set_access(Address at, Bytes size) override;
   Result<void> unmap(Address at) override;
   Result<EventId> create_event() override;

@@ -332,7 +332,7 @@ class AscendDriver final : public detail::PlatformDriver {
   }
 
   // The whole handle at once: ACL maps handles whole, which the ledger guarantees (one page, one map).
-  Result<void> platform_map(Address at, detail::PlatformHandle handle, Bytes size) override {
+  Result<void> platform_map(Address at, detail::PlatformHandle handle, Bytes, Bytes size) override {
     ContextScope scope(*api_, context_);
     if (!scope.status()) return scope.status();
     if (auto e = api_->map_mem(to_pointer(at), size, 0, to_handle(handle), 0); e != acl::success) {

@@ -430,7 +430,8 @@ constexpr DriverCapabilities cuda_capabilities{.needs_set_access = true,
                                                .page_multi_mapping = true,
                                                .data_access = true,
                                                .host_pointers = false,
-                                               .asynchronous = true};
+                                               .asynchronous = true,
+                                               .partial_map = true};
 
 cu::Types::Event to_event(detail::PlatformHandle handle) {
   return reinterpret_cast<cu::Types::Event>(static_cast<std::uintptr_t>(handle));
@@ -492,11 +493,11 @@ class CudaDriver final : public detail::PlatformDriver {
     return check(api_->mem_release(handle), [&] { return fmt::format("cuMemRelease(page of {} bytes)", size); });
   }
 
-  Result<void> platform_map(Address at, detail::PlatformHandle handle, Bytes size) override {
+  Result<void> platform_map(Address at, detail::PlatformHandle handle, Bytes offset, Bytes size) override {
     ContextScope scope(*api_, context_);
     if (!scope.status()) return scope.status();
-    return check(api_->mem_map(at, size, 0, handle, 0),
-                 [&] { return fmt::format("cuMemMap({:#x}, {} bytes)", at, size); });
+    return check(api_->mem_map(at, size, offset, handle, 0),
+                 [&] { return fmt::format("cuMemMap({:#x}, {} bytes at offset {})", at, size, offset); });
   }
 
   // Read-write for this device only. Peers would need one descriptor each; Tessera serves one device.

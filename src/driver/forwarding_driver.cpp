@@ -31,6 +31,9 @@ Result<void> ForwardingDriver::release_page(PageId page) {
 Result<void> ForwardingDriver::map(Address at, PageId page) {
   return forward(DriverCall::map, [&] { return inner_->map(at, page); });
 }
+Result<void> ForwardingDriver::map_part(Address at, PageId page, Bytes offset, Bytes size) {
+  return forward(DriverCall::map, [&] { return inner_->map_part(at, page, offset, size); });
+}
 Result<void> ForwardingDriver::set_access(Address at, Bytes size) {
   return forward(DriverCall::set_access, [&] { return inner_->set_access(at, size); });
 }

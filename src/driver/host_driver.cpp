@@ -128,7 +128,8 @@ class HostDriver final : public detail::PlatformDriver {
                                           .page_multi_mapping = true,
                                           .data_access = true,
                                           .host_pointers = true,
-                                          .asynchronous = false},
+                                          .asynchronous = false,
+                                          .partial_map = true},
                        options.granularity, options.capacity),
         memfd_(memfd),
         space_(memfd_size),
@@ -184,10 +185,11 @@ class HostDriver final : public detail::PlatformDriver {
     return {};
   }
 
-  Result<void> platform_map(Address at, PlatformHandle offset, Bytes size) override {
+  Result<void> platform_map(Address at, PlatformHandle page_offset, Bytes offset, Bytes size) override {
     if (auto room = check_map_limit(); !room) return room;
     const int protection = capabilities().needs_set_access ? PROT_NONE : read_write;
-    void* mapped = mmap(to_pointer(at), size, protection, MAP_SHARED | MAP_FIXED, memfd_, static_cast<off_t>(offset));
+    void* mapped =
+        mmap(to_pointer(at), size, protection, MAP_SHARED | MAP_FIXED, memfd_, static_cast<off_t>(page_offset + offset));
     if (mapped == MAP_FAILED) {
       const int error_number = errno;
       // A failed MAP_FIXED may have removed what was there: put the reservation's PROT_NONE back.

@@ -84,7 +84,7 @@ Result<PageId> PlatformDriver::create_page(Bytes size) {
   auto handle = platform_create_page(size);
   if (!handle) return std::move(handle).error();
   const PageId page{next_page_++};
-  pages_.emplace(raw(page), PageRecord{.handle = *handle, .size = size, .mappings = 0});
+  pages_.emplace(raw(page), PageRecord{.handle = *handle, .size = size, .mappings = 0, .parts = {}});
   page_bytes_ += size;
   return page;
 }
@@ -102,26 +102,49 @@ Result<void> PlatformDriver::release_page(PageId page) {
   return {};
 }
 
-Result<void> PlatformDriver::map(Address at, PageId page) {
+Result<void> PlatformDriver::map(Address at, PageId page) { return map_checked(at, page, 0, std::nullopt); }
+
+Result<void> PlatformDriver::map_part(Address at, PageId page, Bytes offset, Bytes size) {
+  if (!capabilities_.partial_map) {
+    return refuse(Errc::unsupported, "map_part: this driver maps whole pages only (capability partial_map)");
+  }
+  return map_checked(at, page, offset, size);
+}
+
+// size: nullopt for the whole page.
+Result<void> PlatformDriver::map_checked(Address at, PageId page, Bytes offset, std::optional<Bytes> part) {
   auto found = pages_.find(raw(page));
   if (found == pages_.end()) return refuse(Errc::not_found, fmt::format("no page {}", raw(page)));
   PageRecord& record = found->second;
+  const Bytes size = part.value_or(record.size);
   if (!is_aligned(at, granularity_)) {
     return refuse(Errc::invalid_argument,
                   fmt::format("map address {} is not aligned to the granule {}", hex(at), granularity_));
   }
-  if (record.mappings > 0 && !capabilities_.page_multi_mapping) {
-    return refuse(Errc::already_mapped,
-                  fmt::format("page {} is already mapped and this driver maps a page at one address only", raw(page)));
+  if (part && (size == 0 || !is_aligned(offset, granularity_) || !is_aligned(size, granularity_) ||
+               offset > record.size || size > record.size - offset)) {
+    return refuse(Errc::invalid_argument,
+                  fmt::format("map_part of bytes {} + {} of page {} ({} bytes): not granule multiples inside the page",
+                              offset, size, raw(page), record.size));
+  }
+  if (!capabilities_.page_multi_mapping && record.mappings > 0) {
+    auto after = record.parts.lower_bound(offset);
+    const bool overlaps = (after != record.parts.end() && after->first < offset + size) ||
+                          (after != record.parts.begin() && std::prev(after)->first + std::prev(after)->second > offset);
+    if (overlaps) {
+      return refuse(Errc::already_mapped, fmt::format("page {} (bytes {} + {}) is already mapped and this driver maps "
+                                                      "a page at one address only",
+                                                      raw(page), offset, size));
+    }
   }
   auto reservation = reservations_.upper_bound(at);
   if (reservation == reservations_.begin() || std::prev(reservation)->first + std::prev(reservation)->second <
-                                                  at + record.size) {
+                                                  at + size) {
     return refuse(Errc::invalid_argument,
-                  fmt::format("map of {} bytes at {} does not lie inside one reservation", record.size, hex(at)));
+                  fmt::format("map of {} bytes at {} does not lie inside one reservation", size, hex(at)));
   }
   auto next = mappings_.lower_bound(at);
-  if (next != mappings_.end() && next->first < at + record.size) {
+  if (next != mappings_.end() && next->first < at + size) {
     return refuse(Errc::already_mapped, fmt::format("address {} is already mapped", hex(next->first)));
   }
   if (next != mappings_.begin()) {
@@ -131,10 +154,11 @@ Result<void> PlatformDriver::map(Address at, PageId page) {
                     fmt::format("map at {} overlaps the mapping at {}", hex(at), hex(previous->first)));
     }
   }
-  if (auto done = platform_map(at, record.handle, record.size); !done) return done;
-  mappings_.emplace_hint(next, at, MappingRecord{.page = page, .size = record.size, .accessible = false});
+  if (auto done = platform_map(at, record.handle, offset, size); !done) return done;
+  mappings_.emplace_hint(next, at, MappingRecord{.page = page, .offset = offset, .size = size, .accessible = false});
   record.mappings += 1;
-  mapped_bytes_ += record.size;
+  if (!capabilities_.page_multi_mapping) record.parts.emplace(offset, size);
+  mapped_bytes_ += size;
   return {};
 }
 
@@ -184,7 +208,9 @@ Result<void> PlatformDriver::unmap(Address at) {
   auto found = mappings_.find(at);
   if (found == mappings_.end()) return refuse(Errc::not_mapped, fmt::format("no mapping starts at {}", hex(at)));
   if (auto done = platform_unmap(at, found->second.size); !done) return done;
-  pages_.at(raw(found->second.page)).mappings -= 1;
+  PageRecord& page = pages_.at(raw(found->second.page));
+  page.mappings -= 1;
+  if (!capabilities_.page_multi_mapping) page.parts.erase(found->second.offset);
   mapped_bytes_ -= found->second.size;
   mappings_.erase(found);
   return {};

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -18,10 +19,14 @@ struct PageRecord {
   PlatformHandle handle = 0;
   Bytes size = 0;
   std::uint32_t mappings = 0;
+  // Offset -> size of each part mapped now; kept only where a page maps at one address at a time
+  // (no page_multi_mapping), to refuse a part mapped twice.
+  std::map<Bytes, Bytes> parts;
 };
 
 struct MappingRecord {
   PageId page{};
+  Bytes offset = 0;  // into the page
   Bytes size = 0;
   bool accessible = false;
 };
@@ -39,6 +44,7 @@ class PlatformDriver : public Driver {
   Result<PageId> create_page(Bytes size) final;
   Result<void> release_page(PageId page) final;
   Result<void> map(Address at, PageId page) final;
+  Result<void> map_part(Address at, PageId page, Bytes offset, Bytes size) final;
   Result<void> set_access(Address at, Bytes size) final;
   Result<void> unmap(Address at) final;
   Result<EventId> create_event() final;
@@ -58,7 +64,8 @@ class PlatformDriver : public Driver {
   virtual Result<void> platform_release_reservation(Address base, Bytes size) = 0;
   virtual Result<PlatformHandle> platform_create_page(Bytes size) = 0;
   virtual Result<void> platform_release_page(PlatformHandle handle, Bytes size) = 0;
-  virtual Result<void> platform_map(Address at, PlatformHandle handle, Bytes size) = 0;
+  // Bytes [offset, offset + size) of the page; offset is 0 unless the capability partial_map is set.
+  virtual Result<void> platform_map(Address at, PlatformHandle handle, Bytes offset, Bytes size) = 0;
   virtual Result<void> platform_set_access(Address at, Bytes size) = 0;
   virtual Result<void> platform_unmap(Address at, Bytes size) = 0;
   virtual Result<PlatformHandle> platform_create_event() = 0;
@@ -81,6 +88,7 @@ class PlatformDriver : public Driver {
 
  private:
   Result<void> check_range_mapped(Address at, Bytes size, bool need_access, std::string_view what) const;
+  Result<void> map_checked(Address at, PageId page, Bytes offset, std::optional<Bytes> size);
   Result<PlatformHandle> event_handle(EventId event) const;
   Error refuse(Errc code, std::string message) const;
 

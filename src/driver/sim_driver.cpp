@@ -43,7 +43,8 @@ class SimDriver final : public detail::PlatformDriver, public SimClock {
                                           .page_multi_mapping = true,
                                           .data_access = false,
                                           .host_pointers = false,
-                                          .asynchronous = false},
+                                          .asynchronous = false,
+                                          .partial_map = true},
                        options.granularity, options.capacity),
         latency_(options.latency) {}
 
@@ -70,7 +71,7 @@ class SimDriver final : public detail::PlatformDriver, public SimClock {
     charge(DriverCall::release_page, size);
     return {};
   }
-  Result<void> platform_map(Address, PlatformHandle, Bytes size) override {
+  Result<void> platform_map(Address, PlatformHandle, Bytes, Bytes size) override {
     charge(DriverCall::map, size);
     return {};
   }

@@ -86,6 +86,11 @@ class Witness final : public ForwardingDriver {
     if (done) mapping_size_[at] = page_size_[raw(page)];
     return done;
   }
+  Result<void> map_part(Address at, PageId page, Bytes offset, Bytes size) override {
+    auto done = ForwardingDriver::map_part(at, page, offset, size);
+    if (done) mapping_size_[at] = size;
+    return done;
+  }
   Result<void> unmap(Address at) override {
     const Bytes size = mapping_size_.count(at) != 0 ? mapping_size_[at] : granularity();
     for (const Use& use : uses_) {

@@ -308,6 +308,64 @@ TEST_P(DriverConformance, BytesWrittenBeforeUnmapAreThereAfterRemappingElsewhere
   TESSERA_OK(driver_->release_reservation(second));
 }
 
+// map_part: one physical page cut into parts, each mapped and unmapped on its own, in any order and at
+// any address; the page goes back only when no part is mapped. Drivers without the capability refuse.
+TEST_P(DriverConformance, PartsOfOnePageMapOnTheirOwnWhereTheCapabilitySaysSo) {
+  const Address at = TESSERA_OK(driver_->reserve(8 * granule_));
+  const PageId page = TESSERA_OK(driver_->create_page(4 * granule_));
+  if (!driver_->capabilities().partial_map) {
+    auto refused = driver_->map_part(at, page, granule_, granule_);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().code, Errc::unsupported);
+    EXPECT_EQ(driver_->census().mappings, start_.mappings);
+    TESSERA_OK(driver_->release_page(page));
+    TESSERA_OK(driver_->release_reservation(at));
+    return;
+  }
+  // Parts 2..3 of the page at slot 0, part 0 at slot 5, part 1 at slot 7: scattered, out of order.
+  TESSERA_OK(driver_->map_part(at, page, 2 * granule_, 2 * granule_));
+  TESSERA_OK(driver_->map_part(at + 5 * granule_, page, 0, granule_));
+  TESSERA_OK(driver_->map_part(at + 7 * granule_, page, granule_, granule_));
+  EXPECT_EQ(driver_->census().mappings, start_.mappings + 3);
+  EXPECT_EQ(driver_->census().mapped_bytes, start_.mapped_bytes + 4 * granule_);
+  TESSERA_OK(driver_->set_access(at, 2 * granule_));
+  TESSERA_OK(driver_->set_access(at + 5 * granule_, granule_));
+  TESSERA_OK(driver_->set_access(at + 7 * granule_, granule_));
+
+  // Bad parts: off the granule, past the page's end, empty. Each refused, nothing changed.
+  const Address spare = TESSERA_OK(driver_->reserve(4 * granule_));
+  for (const auto& [offset, size] : std::vector<std::pair<Bytes, Bytes>>{
+           {granule_ / 2, granule_}, {0, granule_ / 2}, {3 * granule_, 2 * granule_}, {8 * granule_, granule_}, {0, 0}}) {
+    auto refused = driver_->map_part(spare, page, offset, size);
+    ASSERT_FALSE(refused.ok()) << offset << " + " << size;
+    EXPECT_EQ(refused.error().code, Errc::invalid_argument) << describe(refused.error());
+  }
+  EXPECT_EQ(driver_->census().mappings, start_.mappings + 3);
+
+  if (driver_->capabilities().data_access) {
+    // Bytes written through one part are the page's: unmapped and mapped again elsewhere, they are there.
+    const auto bytes = pattern(granule_, 9);
+    TESSERA_OK(driver_->write(at + 7 * granule_, bytes.data(), bytes.size()));
+    TESSERA_OK(driver_->unmap(at + 7 * granule_));
+    TESSERA_OK(driver_->map_part(spare + granule_, page, granule_, granule_));
+    TESSERA_OK(driver_->set_access(spare + granule_, granule_));
+    std::vector<unsigned char> back(bytes.size());
+    TESSERA_OK(driver_->read(spare + granule_, back.data(), back.size()));
+    EXPECT_TRUE(back == bytes) << "a part mapped again shows other bytes";
+    TESSERA_OK(driver_->unmap(spare + granule_));
+  } else {
+    TESSERA_OK(driver_->unmap(at + 7 * granule_));
+  }
+  auto still_mapped = driver_->release_page(page);
+  ASSERT_FALSE(still_mapped.ok());
+  EXPECT_EQ(still_mapped.error().code, Errc::still_mapped);
+  TESSERA_OK(driver_->unmap(at));
+  TESSERA_OK(driver_->unmap(at + 5 * granule_));
+  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_reservation(at));
+  TESSERA_OK(driver_->release_reservation(spare));
+}
+
 INSTANTIATE_TEST_SUITE_P(Drivers, DriverConformance, ::testing::ValuesIn(available_drivers()),
                          [](const ::testing::TestParamInfo<DriverFactory>& param) { return param.param.name; });
 
