@@ -38,6 +38,12 @@ struct AllocatorConfig {
   // Fewer, larger pages cost fewer driver calls, but a page goes back only when all of it is idle, so the
   // default, 0, keeps one granule per page: least memory (docs/allocator.md has the trade-off measured).
   Bytes page_max = 0;
+  // Tessera: the most physical memory created by one driver call. Where the driver can map part of a
+  // physical allocation (capability partial_map), the pages a block needs come from one chunk: one create
+  // call instead of one per page, while each page is still mapped, reclaimed and moved on its own. A chunk
+  // goes back to the device only when all of it is idle (as a PyTorch segment does), so empty_cache and
+  // garbage collection give back whole idle chunks. 0 (or up to the page): one call per page.
+  Bytes chunk_max = 64 * MiB;
   // Tessera: when a block needs pages and none are pooled, whether to take the pages of idle cached blocks
   // (after proving them idle) before creating new ones (first), only when no new page can be created
   // (when_full), or never.

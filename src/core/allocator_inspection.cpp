@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "core/tessera_allocator.hpp"
 
@@ -93,7 +94,8 @@ Error TesseraAllocatorImpl::out_of_memory(Bytes requested, std::string_view why)
 namespace {
 
 // The page table of one region: every mapped slot belongs to exactly one page that starts at a head slot.
-std::optional<std::string> check_page_table(const Region& region, std::size_t& mapped_slots) {
+std::optional<std::string> check_page_table(const Region& region, std::size_t& mapped_slots,
+                                            std::unordered_map<std::uint64_t, std::size_t>& mapped_of_chunk) {
   std::size_t counted = 0;
   for (std::size_t slot = 0; slot < region.table_size();) {
     const std::uint32_t size = region.page_at(slot);
@@ -111,6 +113,7 @@ std::optional<std::string> check_page_table(const Region& region, std::size_t& m
       }
     }
     counted += size;
+    mapped_of_chunk[static_cast<std::uint64_t>(region.pages[slot])] += size;
     slot += size;
   }
   if (counted != region.mapped) {
@@ -138,9 +141,10 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   Bytes allocated = 0;
   std::size_t live_blocks = 0;
   std::size_t mapped_slots = 0;
+  std::unordered_map<std::uint64_t, std::size_t> mapped_of_chunk;
   for (const auto& arena : arenas_) {
     for (const Region& region : arena->regions()) {
-      if (auto broken = check_page_table(region, mapped_slots)) return broken;
+      if (auto broken = check_page_table(region, mapped_slots, mapped_of_chunk)) return broken;
       Address expected = region.base;
       const Block* previous = nullptr;
       for (const Block* block = region.first_block; block != nullptr; block = block->next) {
@@ -191,6 +195,21 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   if (held != stats.common.reserved_bytes) return fmt::format("reserved {} but stats say {}", held, stats.common.reserved_bytes);
   if (mapped_slots * granule_ != stats.mapped_bytes) return fmt::format("mapped {} but stats say {}", mapped_slots * granule_, stats.mapped_bytes);
   if (pooled != stats.pooled_bytes) return fmt::format("pooled {} but stats say {}", pooled, stats.pooled_bytes);
+  // Every granule of every chunk is mapped at exactly one slot or pooled.
+  std::size_t chunk_granules = 0;
+  std::optional<std::string> broken_chunk;
+  pool_.visit_chunks([&](PageId chunk, std::uint32_t granules) {
+    chunk_granules += granules;
+    const auto found = mapped_of_chunk.find(static_cast<std::uint64_t>(chunk));
+    const std::size_t mapped = found == mapped_of_chunk.end() ? 0 : found->second;
+    if (!broken_chunk && mapped + pool_.pooled_of(chunk) != granules) {
+      broken_chunk = fmt::format("chunk {}: {} granules, but {} mapped and {} pooled", static_cast<std::uint64_t>(chunk),
+                                 granules, mapped, pool_.pooled_of(chunk));
+    }
+  });
+  if (broken_chunk) return broken_chunk;
+  if (mapped_of_chunk.size() > pool_.chunk_count()) return std::string("a mapped page belongs to no chunk");
+  if (chunk_granules * granule_ != held_) return fmt::format("chunks hold {} granules but {} bytes counted", chunk_granules, held_);
   if (held_ > driver_.capacity()) return fmt::format("holds {} bytes, above the capacity {}", held_, driver_.capacity());
   return std::nullopt;
 }

@@ -130,6 +130,7 @@ void Arena::set_page(Region& region, std::size_t head, Page page) {
     const std::size_t size = std::max(end, region.pages.size() * 2);
     region.pages.resize(size, PageId{0});
     region.page_granules.resize(size, 0);
+    region.page_offsets.resize(size, 0);
     region.mapped_bits.resize((size + 63) / 64, 0);
   }
   for (std::size_t slot = head; slot < end; ++slot) {
@@ -138,6 +139,7 @@ void Arena::set_page(Region& region, std::size_t head, Page page) {
     region.mapped_bits[slot / 64] |= std::uint64_t{1} << (slot % 64);
   }
   region.page_granules[head] = page.granules;
+  region.page_offsets[head] = page.offset;
   region.mapped += page.granules;
 }
 
@@ -149,7 +151,7 @@ void Arena::set_accessible(Region& region, std::size_t head, bool accessible) {
 }
 
 Page Arena::clear_page(Region& region, std::size_t head) {
-  const Page page{region.pages[head], region.page_granules[head]};
+  const Page page{region.pages[head], region.page_granules[head], region.page_offsets[head]};
   assert(page.granules > 0);
   for (std::size_t slot = head; slot < head + page.granules; ++slot) {
     region.pages[slot] = PageId{0};

@@ -37,8 +37,9 @@ struct Region {
   // One entry per granule slot up to the highest slot ever mapped (regions are sized for the whole device
   // and mostly untouched); PageId{0} where nothing is mapped. A page of k granules fills k slots; its
   // first slot (the head) records k in page_granules, the others 0.
-  std::vector<PageId> pages;
+  std::vector<PageId> pages;  // the chunk whose part is mapped at each slot
   std::vector<std::uint32_t> page_granules;
+  std::vector<std::uint32_t> page_offsets;  // at a head: where in its chunk the page starts, in granules
   // Bit per slot: mapped *and* accessible, for the fast path's whole-range check a word at a time. A page
   // whose access could not be set (and which could not be unmapped either) keeps its slots in `pages`
   // with the bits clear, so that no block is handed out over it before access is set.
@@ -126,7 +127,7 @@ class Arena {
   SlotRange touched_slots(const Block& block) const;
   SlotRange inner_slots(const Block& block) const;
 
-  // Records a page of `granules` granules mapped from slot `head` on.
+  // Records a page (a part of a chunk) mapped from slot `head` on.
   void set_page(Region& region, std::size_t head, Page page);
   // Marks the page at slot `head` as mapped without access (or with it again).
   void set_accessible(Region& region, std::size_t head, bool accessible);

@@ -63,6 +63,16 @@ const std::vector<Option>& option_table() {
          config.page_max = static_cast<Bytes>(*mib) * MiB;
          return std::nullopt;
        }},
+      {{"chunk_max_mb", "64",
+        "Tessera's: the most physical memory created by one driver call, in MiB (0 to 65536; 0, or anything "
+        "up to the page, means one call per page). A chunk serves many pages, each still mapped and moved on "
+        "its own; it goes back to the device when all of it is idle"},
+       [](std::string_view value, AllocatorConfig& config) -> std::optional<std::string> {
+         auto mib = parse_number<std::uint64_t>(value);
+         if (!mib || *mib > 65536) return "expected a whole number of MiB from 0 to 65536";
+         config.chunk_max = static_cast<Bytes>(*mib) * MiB;
+         return std::nullopt;
+       }},
       {{"reclaim", "when_full",
         "Tessera's: take the pages of idle cached blocks before creating new ones (first), only when no "
         "new page can be created (when_full), or never"},

@@ -1,12 +1,15 @@
 // Where a block's pages come from, and when pages go back.
 //
 // A block whose slots are not all backed gets, for each run of slots without a page, cheapest first:
-//   1. pooled pages (created earlier, unmapped now), the largest that fits the hole;
+//   1. pooled pages (created earlier, unmapped now), the largest that fits the hole — or, where the driver
+//      maps parts of a chunk, a piece of a larger pooled run;
 //   2. with reclaim:first, the pages of idle cached blocks (below), then the pool again;
 //   3. new pages while the memory held stays within the limit: one page of up to page_max for the slots
-//      wholly inside the block (only this block touches them), one granule at the block's shared edges;
+//      wholly inside the block (only this block touches them), one granule at the block's shared edges —
+//      all cut from one new chunk (up to chunk_max) where the driver maps parts of a chunk;
 //   4. with reclaim:when_full, the pages of idle cached blocks, then the pool again;
-//   5. pooled pages too large for the holes go back to the device, and granule pages replace them.
+//   5. where pooled pages cannot be split and are too large for the holes, they go back to the device and
+//      granule pages replace them.
 // Taking idle pages is stitching: pages freed in scattered places become one contiguous block. A page is
 // idle when it lies wholly inside a free block; the reclaim list holds those blocks oldest freed first.
 // The proof that the device is done with them: a synchronize of every stream they were freed on, before
@@ -30,7 +33,7 @@ std::size_t TesseraAllocatorImpl::fill_gaps_from_pool() {
   std::size_t filled = 0;
   for (Gap& gap : gaps_) {
     while (gap.next < gap.end) {
-      auto page = pool_.take_at_most(gap.end - gap.next);
+      auto page = pool_.take_at_most(std::min<std::size_t>(gap.end - gap.next, page_max_granules_), pages_split());
       if (!page) break;
       assignments_.push_back({gap.next, *page});
       gap.next += page->granules;
@@ -54,42 +57,72 @@ std::size_t TesseraAllocatorImpl::growth_room(const Arena& arena, const Block& b
   return reach;
 }
 
+// A new chunk of at most `granules` (lowered to what was created): the size asked first, then halves of
+// it down to one granule, while the device itself runs out of memory below the limit.
+Result<PageId> TesseraAllocatorImpl::create_chunk(std::uint32_t& granules) {
+  while (true) {
+    auto chunk = driver_.create_page(granules * granule_);
+    if (chunk || chunk.error().code != Errc::out_of_memory || granules == 1) return chunk;
+    granules = std::max<std::uint32_t>(1, granules / 2);
+  }
+}
+
 Result<void> TesseraAllocatorImpl::create_for_gaps(const SlotRange& inner, std::size_t extend_to) {
   std::uint64_t created = 0;
   Bytes created_bytes = 0;
   Result<void> failure;
+  // The chunk pages are cut from: [next, end) of it still unassigned.
+  PageId chunk{0};
+  std::uint32_t chunk_next = 0;
+  std::uint32_t chunk_end = 0;
+  std::size_t still_needed = gap_granules();
+  if (!gaps_.empty() && extend_to > gaps_.back().end) {
+    // Growth past the block stays within half the limit, and its pages run in page_max steps from the
+    // last gap's start: what they cover beyond the gap is what the chunk must hold more.
+    const Gap& last = gaps_.back();
+    const std::size_t half_room = limit_ / 2 > held_ ? (limit_ / 2 - held_) / granule_ : 0;
+    extend_to = std::min(extend_to, last.end + (half_room > still_needed ? half_room - still_needed : 0));
+    const std::size_t length = last.end - last.next;
+    const std::size_t steps = (length + page_max_granules_ - 1) / page_max_granules_;
+    still_needed += std::min(extend_to - last.next, steps * page_max_granules_) - length;
+  }
   for (Gap& gap : gaps_) {
     const bool extends = &gap == &gaps_.back() && extend_to > gap.end;
-    while (gap.next < gap.end && held_ + granule_ <= limit_) {
+    while (gap.next < gap.end) {
       // The widest page that may start here: on into the free space after the block, or over the slots
       // only this block touches, or one granule at a shared edge.
       const std::size_t owned_end =
           gap.next >= inner.first && gap.next < inner.end() ? std::min(gap.end, inner.end()) : gap.next + 1;
-      auto widest = [&](std::size_t end) {
-        return static_cast<std::uint32_t>(std::min<std::size_t>(end - gap.next, page_max_granules_));
-      };
-      // Try the widest page first, then narrower ones, down to the granule near the limit.
-      Result<PageId> page = make_error(Errc::out_of_memory, "no page tried");
-      std::uint32_t granules = 0;
-      for (const std::uint32_t candidate : {extends ? widest(extend_to) : 0u, widest(owned_end), 1u}) {
-        if (candidate == 0 || (granules != 0 && candidate >= granules)) continue;
-        if (held_ + candidate * granule_ > limit_) continue;
-        granules = candidate;
-        page = driver_.create_page(granules * granule_);
-        if (page || page.error().code != Errc::out_of_memory) break;
+      const std::size_t page_end = extends ? std::max(extend_to, owned_end) : owned_end;
+      auto granules = static_cast<std::uint32_t>(std::min<std::size_t>(page_end - gap.next, page_max_granules_));
+      if (chunk_next == chunk_end) {
+        const std::size_t room = (limit_ - std::min(limit_, held_)) / granule_;
+        if (room == 0) break;
+        // One chunk for what the block still needs, where pages can be cut from it; else one page.
+        auto size = static_cast<std::uint32_t>(std::min<std::size_t>(
+            {pages_split() ? std::max<std::size_t>(still_needed, granules) : granules, chunk_max_granules_, room}));
+        auto made = create_chunk(size);
+        if (!made) {
+          if (made.error().code != Errc::out_of_memory) failure = std::move(made).error();
+          break;
+        }
+        chunk = *made;
+        pool_.add_chunk(chunk, size);
+        chunk_next = 0;
+        chunk_end = size;
+        held_ += size * granule_;
+        ++created;
+        created_bytes += size * granule_;
       }
-      if (!page) {
-        if (page.error().code != Errc::out_of_memory) failure = std::move(page).error();
-        break;
-      }
-      held_ += granules * granule_;
-      ++created;
-      created_bytes += granules * granule_;
-      assignments_.push_back({gap.next, Page{*page, granules}});
+      granules = std::min(granules, chunk_end - chunk_next);
+      assignments_.push_back({gap.next, Page{chunk, granules, chunk_next}});
+      chunk_next += granules;
+      still_needed -= std::min<std::size_t>(still_needed, granules);
       gap.next = std::min<std::size_t>(gap.next + granules, gap.end);
     }
-    if (!failure.ok() || held_ + granule_ > limit_) break;
+    if (!failure.ok() || gap.next < gap.end) break;
   }
+  if (chunk_next < chunk_end) pool_.put(Page{chunk, chunk_end - chunk_next, chunk_next});  // the rest waits
   if (created > 0) notify([&](AllocatorObserver& observer) { observer.pages_created(created, created_bytes); });
   return failure;
 }
@@ -151,8 +184,8 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
   if (gap_granules() > 0 && config_.reclaim == Reclaim::when_full) {
     if (auto done = take_idle(); !done) return fail(std::move(done).error());
   }
-  if (gap_granules() > 0 && !pool_.empty()) {
-    // What is pooled does not fit the holes: trade it for granule pages.
+  if (gap_granules() > 0 && !pool_.empty() && !pages_split()) {
+    // What is pooled does not fit the holes and cannot be cut: trade it for granule pages.
     if (auto done = release_pooled_pages(0); !done) return fail(std::move(done).error());
     if (auto done = create_for_gaps(SlotRange{}, 0); !done) return fail(std::move(done).error());
   }
@@ -167,7 +200,12 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
   Bytes mapped_bytes = 0;
   Result<void> failure;
   for (const Assignment& assignment : assignments_) {
-    if (auto done = driver_.map(region.slot_address(assignment.head, granule_), assignment.page.id); !done) {
+    const Page& page = assignment.page;
+    const Address at = region.slot_address(assignment.head, granule_);
+    auto done = page.offset == 0 && page.granules == pool_.chunk_granules(page.id)
+                    ? driver_.map(at, page.id)
+                    : driver_.map_part(at, page.id, page.offset * granule_, page.granules * granule_);
+    if (!done) {
       failure = std::move(done);
       break;
     }
@@ -297,34 +335,43 @@ void TesseraAllocatorImpl::drop_exhausted_candidates() {
   visited_.clear();
 }
 
+// Gives wholly pooled chunks back to the device, largest first, until at most `granules_to_keep` stay
+// pooled or no chunk is wholly pooled (the pooled parts of a chunk still partly mapped stay).
 Result<void> TesseraAllocatorImpl::release_pooled_pages(std::size_t granules_to_keep) {
   std::uint64_t released = 0;
   Bytes released_bytes = 0;
   Result<void> failure;
   while (pool_.granules() > granules_to_keep) {
-    const Page page = *pool_.take_any();
-    if (auto done = driver_.release_page(page.id); !done) {
-      pool_.put(page);
+    const std::optional<Page> chunk = pool_.take_whole_chunk();
+    if (!chunk) break;
+    if (auto done = driver_.release_page(chunk->id); !done) {
+      pool_.put(*chunk);
       failure = std::move(done);
       break;
     }
-    held_ -= page.granules * granule_;
+    pool_.forget_chunk(chunk->id);
+    held_ -= chunk->granules * granule_;
     ++released;
-    released_bytes += page.granules * granule_;
+    released_bytes += chunk->granules * granule_;
   }
   if (released > 0) notify([&](AllocatorObserver& observer) { observer.pages_released(released, released_bytes); });
   return failure;
 }
 
+// Pooled chunks go back first; then idle pages are taken back, oldest first, until enough whole chunks
+// are idle to go back too (a chunk partly under a live block stays, its idle pages pooled for reuse).
 Result<void> TesseraAllocatorImpl::give_back_above(Bytes target) {
-  if (held_ <= target) return {};
-  const std::size_t excess = (held_ - target + granule_ - 1) / granule_;
-  const std::size_t pooled = pool_.granules();
-  if (auto done = release_pooled_pages(pooled > excess ? pooled - excess : 0); !done) return done;
-  if (held_ <= target) return {};
-  auto taken = reclaim((held_ - target + granule_ - 1) / granule_);
-  if (!taken) return std::move(taken).error();
-  return release_pooled_pages(0);
+  while (held_ > target) {
+    const std::size_t excess = (held_ - target + granule_ - 1) / granule_;
+    const std::size_t pooled = pool_.granules();
+    if (auto done = release_pooled_pages(pooled > excess ? pooled - excess : 0); !done) return done;
+    if (held_ <= target) break;
+    auto taken = reclaim((held_ - target + granule_ - 1) / granule_);
+    reclaimed_ids_.clear();  // only a backing counts what it stitches
+    if (!taken) return std::move(taken).error();
+    if (*taken == 0) return release_pooled_pages(0);
+  }
+  return {};
 }
 
 // PyTorch's garbage_collection_threshold: past it, idle pages go back to the device, oldest first. A

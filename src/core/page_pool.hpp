@@ -1,57 +1,133 @@
-// Pages created and not mapped now, ready for reuse (layer 2). A page is a whole number of granules; the
-// pool keeps them by size so that a hole of n slots takes the largest page that fits in it.
+// Physical memory held and not mapped now, ready for reuse (layer 2), and the chunks it comes from.
+//
+// A chunk is one physical allocation from the driver (one create_page call) of a whole number of granules.
+// A page is what one mapping maps: a run of granules of one chunk, at an offset into it. Where the driver
+// can map part of a physical allocation (capability partial_map), one chunk serves a whole block's worth
+// of pages — one create call instead of one per page — and its pages are still mapped, unmapped and moved
+// one by one. A chunk goes back to the device only when all of it is pooled, as a cudaMalloc'd segment
+// does in PyTorch's allocator.
+//
+// The pool keeps pooled runs coalesced per chunk, so a wholly pooled chunk is one run at offset 0, and
+// answers requests by size: the largest run that fits, or (where runs may be split) a piece of a larger one.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
+#include <map>
 #include <optional>
-#include <vector>
+#include <set>
+#include <tuple>
+#include <unordered_map>
 
 #include "tessera/types.hpp"
 
 namespace tessera::core {
 
 struct Page {
-  PageId id{};
+  PageId id{};                // the chunk
   std::uint32_t granules = 0;
+  std::uint32_t offset = 0;   // into the chunk, in granules
 };
 
 class PagePool {
  public:
-  explicit PagePool(std::uint32_t largest_page) : by_size_(largest_page + 1) {}
-
-  bool empty() const noexcept { return granules_ == 0; }
-  std::size_t granules() const noexcept { return granules_; }
-
-  void put(Page page) {
-    by_size_[page.granules].push_back(page.id);
-    granules_ += page.granules;
+  bool empty() const noexcept { return pooled_ == 0; }
+  std::size_t granules() const noexcept { return pooled_; }  // pooled
+  std::size_t chunk_count() const noexcept { return chunks_.size(); }
+  // The size of a chunk in granules (0 if unknown).
+  std::uint32_t chunk_granules(PageId chunk) const {
+    auto found = chunks_.find(raw(chunk));
+    return found == chunks_.end() ? 0 : found->second.granules;
   }
 
-  // The largest pooled page of at most `granules` granules.
-  std::optional<Page> take_at_most(std::size_t granules) {
-    for (std::size_t size = std::min(granules, by_size_.size() - 1); size > 0; --size) {
-      if (by_size_[size].empty()) continue;
-      const Page page{by_size_[size].back(), static_cast<std::uint32_t>(size)};
-      by_size_[size].pop_back();
-      granules_ -= size;
-      return page;
+  // A chunk just created, none of it pooled yet.
+  void add_chunk(PageId chunk, std::uint32_t granules) { chunks_.emplace(raw(chunk), Chunk{granules, 0}); }
+  // A chunk given back to the device (all of it was taken out with take_whole_chunk).
+  void forget_chunk(PageId chunk) { chunks_.erase(raw(chunk)); }
+
+  void put(Page page) {
+    Chunk& chunk = chunks_.at(raw(page.id));
+    chunk.pooled += page.granules;
+    pooled_ += page.granules;
+    std::uint32_t offset = page.offset;
+    std::uint32_t granules = page.granules;
+    // Coalesce with the pooled runs of the same chunk on either side.
+    auto next = runs_.lower_bound({raw(page.id), offset});
+    if (next != runs_.end() && next->first.first == raw(page.id) && next->first.second == offset + granules) {
+      granules += next->second;
+      erase_run(next++);
+    }
+    if (next != runs_.begin()) {
+      auto previous = std::prev(next);
+      if (previous->first.first == raw(page.id) && previous->first.second + previous->second == offset) {
+        offset = previous->first.second;
+        granules += previous->second;
+        erase_run(previous);
+      }
+    }
+    runs_.emplace(std::pair{raw(page.id), offset}, granules);
+    by_size_.emplace(granules, raw(page.id), offset);
+  }
+
+  // A page of at most `granules`: the largest pooled run that fits; failing that, when `split`, the first
+  // `granules` of the smallest larger run (the rest stays pooled).
+  std::optional<Page> take_at_most(std::size_t granules, bool split) {
+    if (granules == 0 || by_size_.empty()) return std::nullopt;
+    const auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(granules, UINT32_MAX));
+    auto fit = by_size_.upper_bound({limit, UINT64_MAX, UINT32_MAX});
+    if (fit != by_size_.begin()) {
+      const auto [size, chunk, offset] = *std::prev(fit);
+      return take(Page{PageId{chunk}, size, offset});
+    }
+    if (!split) return std::nullopt;
+    const auto [size, chunk, offset] = *by_size_.begin();
+    take(Page{PageId{chunk}, size, offset});
+    put(Page{PageId{chunk}, size - limit, offset + limit});
+    return Page{PageId{chunk}, limit, offset};
+  }
+
+  // A chunk wholly pooled, the largest first, taken out of the pool (its run, offset 0, all of it).
+  std::optional<Page> take_whole_chunk() {
+    for (auto run = by_size_.rbegin(); run != by_size_.rend(); ++run) {
+      const auto [size, chunk, offset] = *run;
+      if (offset == 0 && chunks_.at(chunk).granules == size) return take(Page{PageId{chunk}, size, offset});
     }
     return std::nullopt;
   }
 
-  // Any pooled page, largest first: what goes back to the device first.
-  std::optional<Page> take_any() { return take_at_most(by_size_.size() - 1); }
-
   template <class Visit>
-  void visit(Visit&& visit) const {
-    for (std::size_t size = 1; size < by_size_.size(); ++size) {
-      for (PageId id : by_size_[size]) visit(Page{id, static_cast<std::uint32_t>(size)});
-    }
+  void visit_chunks(Visit&& visit) const {
+    for (const auto& [id, chunk] : chunks_) visit(PageId{id}, chunk.granules);
   }
+  // Pooled granules of one chunk, for check().
+  std::uint32_t pooled_of(PageId chunk) const { return chunks_.at(raw(chunk)).pooled; }
 
  private:
-  std::vector<std::vector<PageId>> by_size_;  // index: granules
-  std::size_t granules_ = 0;
+  struct Chunk {
+    std::uint32_t granules;
+    std::uint32_t pooled;
+  };
+  using RunKey = std::pair<std::uint64_t, std::uint32_t>;  // chunk, offset
+
+  static std::uint64_t raw(PageId id) { return static_cast<std::uint64_t>(id); }
+
+  Page take(Page page) {
+    auto run = runs_.find({raw(page.id), page.offset});
+    assert(run != runs_.end() && run->second == page.granules);
+    erase_run(run);
+    chunks_.at(raw(page.id)).pooled -= page.granules;
+    pooled_ -= page.granules;
+    return page;
+  }
+  void erase_run(std::map<RunKey, std::uint32_t>::iterator run) {
+    by_size_.erase({run->second, run->first.first, run->first.second});
+    runs_.erase(run);
+  }
+
+  std::unordered_map<std::uint64_t, Chunk> chunks_;
+  std::map<RunKey, std::uint32_t> runs_;                                    // -> granules
+  std::set<std::tuple<std::uint32_t, std::uint64_t, std::uint32_t>> by_size_;  // granules, chunk, offset
+  std::size_t pooled_ = 0;
 };
 
 }  // namespace tessera::core

@@ -42,8 +42,11 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
       config_(config),
       granule_(driver.granularity()),
       page_max_granules_(static_cast<std::uint32_t>(std::clamp<Bytes>(config.page_max / driver.granularity(), 1, 1024))),
-      limit_(driver.capacity() / granule_ * granule_),
-      pool_(page_max_granules_) {}
+      chunk_max_granules_(driver.capabilities().partial_map
+                              ? static_cast<std::uint32_t>(std::clamp<Bytes>(config.chunk_max / driver.granularity(),
+                                                                             page_max_granules_, 1u << 24))
+                              : page_max_granules_),
+      limit_(driver.capacity() / granule_ * granule_) {}
 
 TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   std::lock_guard lock(mutex_);
@@ -62,7 +65,7 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
       }
     }
   }
-  pool_.visit([&](Page page) { (void)driver_.release_page(page.id); });
+  pool_.visit_chunks([&](PageId chunk, std::uint32_t) { (void)driver_.release_page(chunk); });
   for (Pending& pending : pending_) {
     for (EventId event : pending.events) (void)driver_.destroy_event(event);
   }
@@ -159,7 +162,9 @@ Result<void> TesseraAllocatorImpl::record_stream(Address address, StreamId strea
 Result<void> TesseraAllocatorImpl::empty_cache() {
   std::lock_guard lock(mutex_);
   if (auto done = process_pending(true); !done) return done;
-  if (auto taken = reclaim(std::numeric_limits<std::size_t>::max()); !taken) return std::move(taken).error();
+  auto taken = reclaim(std::numeric_limits<std::size_t>::max());
+  reclaimed_ids_.clear();  // only a backing counts what it stitches
+  if (!taken) return std::move(taken).error();
   return release_pooled_pages(0);
 }
 

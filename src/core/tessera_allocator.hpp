@@ -98,6 +98,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   Result<void> back_with_pages(Arena& arena, const Block& block);
   std::size_t fill_gaps_from_pool();
   Result<void> create_for_gaps(const SlotRange& inner, std::size_t extend_to);
+  Result<PageId> create_chunk(std::uint32_t& granules);
+  bool pages_split() const noexcept { return chunk_max_granules_ > page_max_granules_; }
   std::size_t growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const;
   Result<std::size_t> reclaim(std::size_t granules);
   void drop_exhausted_candidates();
@@ -116,6 +118,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   AllocatorConfig config_;
   Bytes granule_;
   std::uint32_t page_max_granules_;
+  std::uint32_t chunk_max_granules_;  // page_max_granules_ where the driver cannot map part of a chunk
   Bytes limit_;
   Bytes held_ = 0;  // pages created and not released: mapped plus pooled
   std::uint64_t clock_ = 0;

@@ -995,7 +995,7 @@ TEST_F(Adversarial, ReclaimCountsPagesNotGranules) {
 // pages_stitched counts pages moved into the new block, not pages that were taken from idle blocks and then
 // released because they did not fit its holes.
 TEST_F(Adversarial, StitchCountsOnlyPagesThatMoved) {
-  make(20 * granule, "small_max_kb:64,page_max_mb:1");
+  make(20 * granule, "small_max_kb:64,page_max_mb:1,chunk_max_mb:0");
   const Address idle = alloc(16 * granule);              // one page of 16 granules
   const Address live = alloc(4 * granule, StreamId{1});  // one page of 4: the device is full
   ASSERT_EQ(driver_->tally().calls_of(DriverCall::create_page), 2u);
@@ -1013,6 +1013,27 @@ TEST_F(Adversarial, StitchCountsOnlyPagesThatMoved) {
   EXPECT_EQ(after.pages_stitched - before.pages_stitched, mapped - created)
       << "pages_stitched counts what reclaim took, not what moved into the block";
   EXPECT_EQ(after.stitches - before.stitches, 0u) << "no page of another block went into this one";
+  free_(block);
+  free_(live);
+  drain("end");
+}
+
+// With chunks, a pooled page larger than the hole is cut instead: 8 of its 16 granules move into the block,
+// which is one page stitched, and nothing is created or released.
+TEST_F(Adversarial, WithChunksAPooledPageIsCutToTheHole) {
+  make(20 * granule, "small_max_kb:64,page_max_mb:1");
+  const Address idle = alloc(16 * granule);
+  const Address live = alloc(4 * granule, StreamId{1});
+  free_(idle);
+  const TesseraStats before = allocator_->tessera_stats();
+  const Address block = alloc(8 * granule, StreamId{2});
+  verify("allocated");
+  const TesseraStats after = allocator_->tessera_stats();
+  EXPECT_EQ(after.common.num_device_alloc, before.common.num_device_alloc) << "nothing created";
+  EXPECT_EQ(after.common.num_device_free, before.common.num_device_free) << "nothing released";
+  EXPECT_EQ(after.pages_mapped - before.pages_mapped, 1u) << "one page of 8 granules";
+  EXPECT_EQ(after.pages_stitched - before.pages_stitched, 1u);
+  EXPECT_EQ(after.stitches - before.stitches, 1u);
   free_(block);
   free_(live);
   drain("end");
