@@ -112,15 +112,15 @@ Block* Arena::give_back(Block* block, std::uint64_t clock) {
 
 SlotRange Arena::touched_slots(const Block& block) const {
   const Region& region = regions_[block.region];
-  const std::size_t first = (block.address - region.base) / granule_;
-  const std::size_t last = (block.end() - 1 - region.base) / granule_;
+  const std::size_t first = (block.address - region.base) >> granule_shift_;
+  const std::size_t last = (block.end() - 1 - region.base) >> granule_shift_;
   return {first, last - first + 1};
 }
 
 SlotRange Arena::inner_slots(const Block& block) const {
   const Region& region = regions_[block.region];
-  const std::size_t first = (block.address - region.base + granule_ - 1) / granule_;
-  const std::size_t end = (block.end() - region.base) / granule_;
+  const std::size_t first = (block.address - region.base + granule_ - 1) >> granule_shift_;
+  const std::size_t end = (block.end() - region.base) >> granule_shift_;
   return end > first ? SlotRange{first, end - first} : SlotRange{};
 }
 

@@ -79,7 +79,11 @@ class Arena {
   // `reclaim_list` is shared by every arena of one allocator: free blocks that may hold idle pages, in the
   // order they were freed. The arena keeps it current as blocks are carved and merged.
   Arena(StreamId stream, MemoryPool pool, Bytes granule, ReclaimList& reclaim_list)
-      : stream_(stream), pool_(pool), granule_(granule), reclaim_list_(reclaim_list) {}
+      : stream_(stream),
+        pool_(pool),
+        granule_(granule),
+        granule_shift_(static_cast<unsigned>(__builtin_ctzll(granule))),
+        reclaim_list_(reclaim_list) {}
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -142,7 +146,8 @@ class Arena {
 
   StreamId stream_;
   MemoryPool pool_;
-  Bytes granule_;
+  Bytes granule_;  // a power of two (the driver contract): slot arithmetic shifts instead of dividing
+  unsigned granule_shift_;
   ReclaimList& reclaim_list_;
   std::deque<Block> storage_;  // before free_: the index unlinks its blocks before they are destroyed
   std::vector<Block*> spare_;

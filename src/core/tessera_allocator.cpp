@@ -204,11 +204,15 @@ Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
 
 Arena* TesseraAllocatorImpl::arena_for(StreamId stream, MemoryPool pool) {
   const std::pair key{static_cast<std::uintptr_t>(stream), pool};
+  if (last_arena_ != nullptr && last_arena_key_ == key) return last_arena_;  // a loop allocates alike
   auto found = arena_by_key_.find(key);
-  if (found != arena_by_key_.end()) return found->second;
-  arenas_.push_back(std::make_unique<Arena>(stream, pool, granule_, reclaim_list_));
-  arena_by_key_.emplace(key, arenas_.back().get());
-  return arenas_.back().get();
+  if (found == arena_by_key_.end()) {
+    arenas_.push_back(std::make_unique<Arena>(stream, pool, granule_, reclaim_list_));
+    found = arena_by_key_.emplace(key, arenas_.back().get()).first;
+  }
+  last_arena_key_ = key;
+  last_arena_ = found->second;
+  return last_arena_;
 }
 
 Bytes TesseraAllocatorImpl::region_span(Bytes at_least) const {

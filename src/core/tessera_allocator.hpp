@@ -125,6 +125,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   ReclaimList reclaim_list_;  // before arenas_: the arenas unlink their blocks as they go
   std::vector<std::unique_ptr<Arena>> arenas_;
   std::map<std::pair<std::uintptr_t, MemoryPool>, Arena*> arena_by_key_;  // every bit of the stream counts
+  std::pair<std::uintptr_t, MemoryPool> last_arena_key_{};
+  Arena* last_arena_ = nullptr;
   AddressTable<LiveEntry> live_;
   std::unordered_map<const Block*, std::vector<StreamId>> extra_streams_;
   std::vector<Pending> pending_;
