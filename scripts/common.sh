@@ -11,6 +11,7 @@ TESSERA_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libboost-dev
   chromium
+  libtorch-dev python3-torch  # PyTorch on Tessera: torch_cpu/ and tests/python (docs/pytorch.md)
 )
 
 tessera_install_packages() {

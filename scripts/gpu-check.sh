@@ -5,7 +5,8 @@
 #   OUT=/some/dir scripts/gpu-check.sh      (default OUT: gpu-out)
 #
 # Writes under $OUT: environment.txt (nvidia-smi, compiler, cmake), one log per step, cuda-tests.xml,
-# cuda-latency.json and .txt, summary.txt. Exit status 0 when every step passed.
+# cuda-latency.json and .txt, torch-gpu.txt and .json (PyTorch on Tessera), summary.txt. Exit status 0 when every
+# step passed.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -103,9 +104,19 @@ else
   STATUS=1
 fi
 
+# 6. PyTorch on Tessera (scripts/gpu-torch-check.py): the machine's own PyTorch trains a small GPT with the native
+# allocator, expandable segments and Tessera (CUDAPluggableAllocator); equal losses, peaks and step times in
+# torch-gpu.txt and .json, snapshots beside them. Skips, and passes, where PyTorch or CUDA is missing.
+if [[ -d "$BUILD" ]] && run_step capi-build 120 cmake --build "$BUILD" --parallel "$(nproc)" --target tessera_c; then
+  run_step torch-gpu 200 env TESSERA_LIBRARY="$PWD/$BUILD/src/capi/libtessera_c.so" "${TESSERA_GPU_PYTHON:-python3}" \
+    scripts/gpu-torch-check.py --out "$OUT" || STATUS=1
+else
+  STATUS=1
+fi
+
 # What comes back first: the summary and the ends of the logs that matter.
 echo "== summary"; cat "$OUT/summary.txt"
-for name in configure build cuda-tests cuda-latency; do
+for name in configure build cuda-tests cuda-latency capi-build torch-gpu; do
   [[ -f "$OUT/$name.log" ]] || continue
   echo "== $name.log (tail)"
   tail -n 25 "$OUT/$name.log"

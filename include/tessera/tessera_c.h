@@ -1,0 +1,150 @@
+/* Tessera's C ABI: the functions PyTorch's CUDAPluggableAllocator and torch_npu's NPUPluggableAllocator load
+ * from libtessera_c.so, and C functions for what PyTorch's own memory_stats(), memory_summary() and
+ * _dump_snapshot() refuse to give for a pluggable allocator. docs/pytorch.md is the guide.
+ *
+ * One allocator per device, created on the first call that needs it. The driver is chosen once per process,
+ * when the first allocator is created, from (first that applies):
+ *   1. tessera_configure(driver, ...);
+ *   2. the environment variable TESSERA_DRIVER: cuda, ascend, host or sim;
+ *   3. the entry point: tessera_alloc and its hooks use cuda, tessera_npu_alloc and its hooks use ascend.
+ * The allocator's configuration comes from tessera_configure or TESSERA_ALLOC_CONF (`key:value,...`,
+ * docs/allocator.md). Other environment variables: TESSERA_CAPACITY (host and sim drivers: the device's
+ * capacity, e.g. "8GiB"; default 1 GiB for host, 80 GiB for sim), TESSERA_CUDA_LIBRARY and
+ * TESSERA_ASCEND_LIBRARY (the platform library to load instead of libcuda.so.1 and libascendcl.so).
+ *
+ * Errors: the allocation functions return NULL and the others return -1 (or NULL for strings) on failure,
+ * and leave a message, readable with tessera_last_error() on the failing thread, that names what is wrong.
+ * No function throws or aborts. Every function is thread-safe.
+ *
+ * Strings returned by tessera_* functions belong to the library: each stays valid on the calling thread
+ * until the next call of the same function on that thread. */
+#ifndef TESSERA_C_H
+#define TESSERA_C_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(TESSERA_C_BUILDING)
+#define TESSERA_C_API __attribute__((visibility("default")))
+#else
+#define TESSERA_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- PyTorch's CUDAPluggableAllocator (torch >= 2.0):
+ *   alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "tessera_torch_alloc", "tessera_free")
+ *   torch.cuda.memory.change_current_allocator(alloc)       -- before the first CUDA allocation
+ * `stream` is the cudaStream_t the memory is for. tessera.torch.enable() does this (docs/pytorch.md). */
+
+/* At least `size` bytes on `device` for work on `stream`. size 0: NULL, and no error is set. Failure (out of
+ * memory, no driver, a bad configuration): NULL and a message (tessera_last_error). */
+TESSERA_C_API void* tessera_alloc(size_t size, int device, void* stream);
+/* As tessera_alloc, but a failure throws a C++ std::runtime_error carrying the message instead of returning
+ * NULL: the function to give PyTorch, which does not check the result of a pluggable allocator for NULL (a NULL
+ * would become a tensor at address 0) but turns an exception into a Python RuntimeError. Out of memory reads
+ * "CUDA out of memory. ..." as PyTorch's own message begins, so that code looking for it finds it. Callable
+ * from C++ only. */
+TESSERA_C_API void* tessera_torch_alloc(size_t size, int device, void* stream);
+/* Frees memory from tessera_alloc. NULL is ignored. A pointer this library did not hand out on `device`
+ * changes nothing and leaves a message (it is counted as "tessera.bad_frees"). `size` is not needed. */
+TESSERA_C_API void tessera_free(void* ptr, size_t size, int device, void* stream);
+/* Optional hooks (CUDAPluggableAllocator.set_init_fn, set_reset_fn, set_memory_fraction_fn,
+ * set_record_stream_fn). init creates nothing: allocators are created on first use. */
+TESSERA_C_API void tessera_init(int device_count);
+/* Gives every cached, unused page of every device back to the driver (torch.cuda.empty_cache). */
+TESSERA_C_API void tessera_empty_cache(void);
+/* The allocator of `device` may hold at most `fraction` (0 < fraction <= 1) of the device's memory. */
+TESSERA_C_API void tessera_set_memory_fraction(double fraction, int device);
+/* Work on `stream` uses `ptr` too: its reuse by another stream waits for that work as well. */
+TESSERA_C_API void tessera_record_stream(void* ptr, void* stream);
+
+/* ---- torch_npu's NPUPluggableAllocator: the same functions with aclrtStream, on the ascend driver by
+ * default. Untested on Ascend hardware (docs/pytorch.md). */
+TESSERA_C_API void* tessera_npu_alloc(size_t size, int device, void* stream);
+/* As tessera_torch_alloc, for torch_npu: throws, "NPU out of memory. ..." when out of memory. */
+TESSERA_C_API void* tessera_torch_npu_alloc(size_t size, int device, void* stream);
+TESSERA_C_API void tessera_npu_free(void* ptr, size_t size, int device, void* stream);
+TESSERA_C_API void tessera_npu_init(int device_count);
+TESSERA_C_API void tessera_npu_empty_cache(bool check_error); /* set_reset_fn takes void(bool) on NPU */
+TESSERA_C_API void tessera_npu_set_memory_fraction(double fraction, int device);
+TESSERA_C_API void tessera_npu_record_stream(void* ptr, void* stream);
+
+/* ---- Configuration. */
+
+/* Chooses the driver ("cuda", "ascend", "host", "sim"; NULL: as above) and the allocator's configuration
+ * (TESSERA_ALLOC_CONF's syntax; NULL: from TESSERA_ALLOC_CONF) for the allocators not created yet, and
+ * checks both now. -1 with a message naming the problem: an unknown driver, a bad configuration key or
+ * value, a driver that contradicts TESSERA_DRIVER, or allocators already created with other settings. */
+TESSERA_C_API int tessera_configure(const char* driver, const char* alloc_conf);
+/* The driver in use ("" before the first allocator exists). */
+TESSERA_C_API const char* tessera_driver_name(void);
+/* 1 when the allocator of `device` exists, else 0. */
+TESSERA_C_API int tessera_has_allocator(int device);
+TESSERA_C_API const char* tessera_version(void);
+
+/* ---- Errors. */
+
+/* The message of the most recent failure on this thread; "" when none. Successful calls leave it. */
+TESSERA_C_API const char* tessera_last_error(void);
+/* The message of the most recent failure on any thread (PyTorch may allocate on its own threads). */
+TESSERA_C_API const char* tessera_last_error_any_thread(void);
+TESSERA_C_API void tessera_clear_error(void);
+
+/* ---- Statistics, in PyTorch's vocabulary (memory_stats() keys in brackets). */
+typedef struct tessera_memory_stats {
+  uint64_t allocated_bytes;        /* [allocated_bytes.all.current] live bytes after rounding */
+  uint64_t allocated_bytes_peak;   /* [allocated_bytes.all.peak] */
+  uint64_t requested_bytes;        /* [requested_bytes.all.current] live bytes as asked */
+  uint64_t requested_bytes_peak;   /* [requested_bytes.all.peak] */
+  uint64_t reserved_bytes;         /* [reserved_bytes.all.current] physical bytes held from the device */
+  uint64_t reserved_bytes_peak;    /* [reserved_bytes.all.peak] */
+  uint64_t allocations;            /* [allocation.all.current] live blocks */
+  uint64_t allocations_peak;       /* [allocation.all.peak] */
+  uint64_t allocations_total;      /* [allocation.all.allocated] blocks handed out since the start */
+  uint64_t frees_total;            /* [allocation.all.freed] */
+  uint64_t num_alloc_retries;      /* [num_alloc_retries] */
+  uint64_t num_ooms;               /* [num_ooms] */
+  uint64_t num_sync_all_streams;   /* [num_sync_all_streams] */
+  uint64_t num_device_alloc;       /* [num_device_alloc] pages created */
+  uint64_t num_device_free;        /* [num_device_free] pages released */
+  /* Tessera's own. */
+  uint64_t mapped_bytes;           /* [tessera.mapped_bytes] */
+  uint64_t pooled_bytes;           /* [tessera.pooled_bytes] pages held unmapped, ready for reuse */
+  uint64_t cached_bytes;           /* [tessera.cached_bytes] mapped under no live block */
+  uint64_t pages_mapped;           /* [tessera.pages_mapped] */
+  uint64_t pages_unmapped;         /* [tessera.pages_unmapped] */
+  uint64_t stitches;               /* [tessera.stitches] */
+  uint64_t pages_stitched;         /* [tessera.pages_stitched] */
+  uint64_t pages_reclaimed;        /* [tessera.pages_reclaimed] */
+  uint64_t syncs;                  /* [tessera.syncs] */
+  uint64_t bad_frees;              /* [tessera.bad_frees] frees of pointers the allocator did not own */
+  uint64_t capacity;               /* [tessera.capacity] the device's memory, as the driver reports it */
+} tessera_memory_stats;
+
+/* Fills `out` for `device`. All zero (and 0 returned) when the device has no allocator yet. */
+TESSERA_C_API int tessera_get_memory_stats(int device, tessera_memory_stats* out);
+/* The statistics as one JSON object: PyTorch's memory_stats() keys ("allocated_bytes.all.current",
+ * "reserved_bytes.all.peak", "allocation.large_pool.allocated", "num_ooms", ...) and Tessera's under
+ * "tessera." ("tessera.driver", "tessera.stitches", ...). NULL on failure. */
+TESSERA_C_API const char* tessera_memory_stats_json(int device);
+/* A text table of the statistics, like torch.cuda.memory_summary(). NULL on failure. */
+TESSERA_C_API const char* tessera_memory_summary(int device);
+
+/* ---- Allocation history and snapshots (torch.cuda.memory._record_memory_history / _dump_snapshot). */
+
+/* Records the newest `max_entries` allocs and frees on every device, present and future; 0 stops and
+ * forgets. */
+TESSERA_C_API int tessera_record_memory_history(size_t max_entries);
+/* Writes the history and the current segments of `device` as a PyTorch snapshot file (a pickle that
+ * pytorch.org/memory_viz opens; gzip when the path ends in ".gz"). -1 when the device has no allocator. */
+TESSERA_C_API int tessera_dump_snapshot(const char* path, int device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_C_H */

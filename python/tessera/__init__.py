@@ -1,0 +1,120 @@
+"""Tessera from Python: statistics, summary, history and snapshots of the Tessera allocator, over the C ABI of
+libtessera_c.so (ctypes, no build step). Pure Python; PyTorch is needed only by tessera.torch.
+
+    import tessera.torch
+    tessera.torch.enable("cuda")              # before the first CUDA tensor
+    ...
+    tessera.memory_stats()["allocated_bytes.all.peak"]
+    print(tessera.memory_summary())
+    tessera.record_memory_history()           # then, later:
+    tessera.dump_snapshot("snapshot.pickle")  # open it in https://pytorch.org/memory_viz
+
+These are what torch.cuda.memory_stats(), memory_summary() and _dump_snapshot() refuse to give for a pluggable
+allocator. docs/pytorch.md is the guide.
+"""
+
+import json
+import sys
+
+from tessera._lib import TesseraError, encode, fail, last_error, library
+
+__all__ = [
+    "TesseraError",
+    "configure",
+    "driver",
+    "dump_snapshot",
+    "empty_cache",
+    "has_allocator",
+    "last_error",
+    "library_path",
+    "memory_stats",
+    "memory_summary",
+    "record_memory_history",
+    "version",
+]
+
+
+def _device_index(device):
+    """0, 1, ... from an int, None (0), "cuda:1", "npu:0", "cpu", or a torch.device."""
+    if device is None:
+        return 0
+    index = getattr(device, "index", None)  # torch.device
+    if getattr(device, "type", None) is not None:
+        return 0 if index is None else int(index)
+    if isinstance(device, int):
+        return device
+    text = str(device)
+    if ":" in text:
+        return int(text.rsplit(":", 1)[1])
+    if text in ("cpu", "cuda", "npu"):
+        return 0
+    return int(text)
+
+
+def configure(driver=None, conf=None):
+    """Chooses the driver ("cuda", "ascend", "host", "sim") and the configuration (TESSERA_ALLOC_CONF's
+    `key:value,...` form) for the allocators not created yet; None keeps the environment's. Checks both now
+    and raises TesseraError naming the problem."""
+    if library().tessera_configure(encode(driver), encode(conf)) != 0:
+        fail("tessera_configure")
+
+
+def driver():
+    """The driver the allocators use ('' before the first allocation)."""
+    return library().tessera_driver_name().decode()
+
+
+def has_allocator(device=0):
+    return library().tessera_has_allocator(_device_index(device)) == 1
+
+
+def version():
+    return library().tessera_version().decode()
+
+
+def library_path():
+    """The path of the libtessera_c.so in use."""
+    from tessera import _lib
+
+    return _lib.path()
+
+
+def memory_stats(device=0):
+    """A dict with PyTorch's memory_stats() keys ("allocated_bytes.all.current", "reserved_bytes.all.peak",
+    "allocation.all.allocated", "num_ooms", ...) and Tessera's own under "tessera." ("tessera.driver",
+    "tessera.stitches", ...). All zero before the device's first allocation."""
+    text = library().tessera_memory_stats_json(_device_index(device))
+    if text is None:
+        fail("tessera_memory_stats_json")
+    return json.loads(text)
+
+
+def memory_summary(device=0):
+    """A text table of the statistics, like torch.cuda.memory_summary()."""
+    text = library().tessera_memory_summary(_device_index(device))
+    if text is None:
+        fail("tessera_memory_summary")
+    return text.decode()
+
+
+def empty_cache():
+    """Gives every cached, unused page of every device back to the driver."""
+    library().tessera_empty_cache()
+
+
+def record_memory_history(enabled=True, max_entries=100000):
+    """Records the newest `max_entries` allocs and frees of every device (like
+    torch.cuda.memory._record_memory_history). enabled None or False stops and forgets. Stack traces are not
+    recorded."""
+    entries = 0 if enabled in (None, False) else int(max_entries)
+    entries = min(entries, sys.maxsize)
+    if library().tessera_record_memory_history(entries) != 0:
+        fail("tessera_record_memory_history")
+
+
+def dump_snapshot(path, device=0):
+    """Writes the recorded history and the device's current segments as a PyTorch snapshot (a pickle that
+    https://pytorch.org/memory_viz opens; gzip when the path ends in .gz). Raises TesseraError when the device
+    has no allocator yet."""
+    if library().tessera_dump_snapshot(encode(str(path)), _device_index(device)) != 0:
+        fail("tessera_dump_snapshot")

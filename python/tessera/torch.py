@@ -1,0 +1,157 @@
+"""Makes Tessera PyTorch's allocator.
+
+    import tessera.torch
+    tessera.torch.enable("cuda")   # CUDAPluggableAllocator (PyTorch >= 2.0), before the first CUDA tensor
+    tessera.torch.enable("npu")    # torch_npu's NPUPluggableAllocator (untested on Ascend hardware)
+    tessera.torch.enable("cpu")    # libtorch's CPU allocator, through libtessera_torch_cpu.so (host driver)
+
+Then tessera.memory_stats(), memory_summary(), record_memory_history() and dump_snapshot() report on it.
+docs/pytorch.md is the guide, with the known limits.
+"""
+
+import ctypes
+import os
+from pathlib import Path
+
+import torch
+
+from tessera import _lib
+from tessera._lib import TesseraError
+
+__all__ = ["enable", "enabled"]
+
+_enabled = {}  # "cuda" | "npu" | "cpu" -> the allocator object PyTorch holds (kept alive here)
+_CPU_LIBRARY_NAME = "libtessera_torch_cpu.so"
+
+
+def enabled(device="cuda"):
+    """Whether enable(device) has made Tessera the allocator of that device type in this process."""
+    return _device_type(device) in _enabled
+
+
+def enable(device="cuda", conf=None, driver=None):
+    """Makes Tessera the allocator of `device` ("cuda", "npu" or "cpu") in this process.
+
+    conf: the allocator's configuration, `key:value,...` as in TESSERA_ALLOC_CONF (None: that variable).
+    driver: forces the driver ("cuda", "ascend", "host", "sim"; None: TESSERA_DRIVER, else the device's own).
+
+    On cuda and npu it must come before PyTorch's first allocation on the device: PyTorch cannot swap an
+    allocator that has served memory, and enable() raises TesseraError saying so. On cpu, tensors allocated
+    before keep their allocator; new ones come from Tessera. Raises TesseraError naming any other problem (a bad
+    configuration key, no CUDAPluggableAllocator in this PyTorch, no libtessera_c.so). Calling it again for the
+    same device changes nothing.
+    """
+    kind = _device_type(device)
+    if kind in _enabled:
+        return _enabled[kind]
+    if kind == "cuda":
+        allocator = _enable_cuda(conf, driver)
+    elif kind == "npu":
+        allocator = _enable_npu(conf, driver)
+    else:
+        allocator = _enable_cpu(conf, driver)
+    _enabled[kind] = allocator
+    return allocator
+
+
+def _device_type(device):
+    kind = getattr(device, "type", None) or str(device).split(":", 1)[0]
+    if kind not in ("cuda", "npu", "cpu"):
+        raise TesseraError(f"tessera.torch.enable: unknown device {device!r}: expected 'cuda', 'npu' or 'cpu'")
+    return kind
+
+
+def _configure(driver, conf):
+    lib = _lib.library()
+    if lib.tessera_configure(_lib.encode(driver), _lib.encode(conf)) != 0:
+        _lib.fail("tessera_configure")
+    return lib
+
+
+def _install_hooks(allocator, prefix, reset_name):
+    """The optional hooks of a pluggable allocator, where this PyTorch offers them."""
+    lib = _lib.library()
+    handle = allocator.allocator() if hasattr(allocator, "allocator") else getattr(allocator, "_allocator", None)
+    hooks = {
+        "set_init_fn": f"tessera{prefix}_init",
+        "set_reset_fn": reset_name,
+        "set_memory_fraction_fn": f"tessera{prefix}_set_memory_fraction",
+        "set_record_stream_fn": f"tessera{prefix}_record_stream",
+    }
+    for setter, symbol in hooks.items():
+        if handle is not None and hasattr(handle, setter):
+            getattr(handle, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
+
+
+def _enable_cuda(conf, driver):
+    memory = getattr(torch.cuda, "memory", None)
+    if memory is None or not hasattr(memory, "CUDAPluggableAllocator"):
+        raise TesseraError(f"tessera.torch.enable('cuda'): PyTorch {torch.__version__} has no "
+                           "torch.cuda.memory.CUDAPluggableAllocator (it arrived in PyTorch 2.0)")
+    if not torch.cuda.is_available():  # does not initialize PyTorch's allocator
+        raise TesseraError(f"tessera.torch.enable('cuda'): PyTorch {torch.__version__} sees no CUDA device")
+    if torch.cuda.is_initialized():
+        raise TesseraError("tessera.torch.enable('cuda') is too late: CUDA is initialized in this process, so "
+                           "PyTorch's own allocator is in place and cannot be swapped. Call it before the first CUDA "
+                           "tensor (and before anything that initializes CUDA, such as torch.cuda.get_device_name).")
+    _configure(driver, conf)
+    allocator = memory.CUDAPluggableAllocator(_lib.path(), "tessera_torch_alloc", "tessera_free")
+    _install_hooks(allocator, "", "tessera_empty_cache")
+    try:
+        memory.change_current_allocator(allocator)
+    except RuntimeError as error:
+        raise TesseraError(f"tessera.torch.enable('cuda') is too late: PyTorch refused to swap its allocator "
+                           f"({error}). Call it before the first CUDA allocation.") from error
+    return allocator
+
+
+def _enable_npu(conf, driver):
+    try:
+        import torch_npu  # noqa: F401  (registers torch.npu)
+        from torch_npu.npu import memory
+    except ImportError as error:
+        raise TesseraError(f"tessera.torch.enable('npu') needs torch_npu, which is not importable ({error})") from error
+    if not hasattr(memory, "NPUPluggableAllocator"):
+        raise TesseraError("tessera.torch.enable('npu'): this torch_npu has no NPUPluggableAllocator")
+    _configure(driver, conf)
+    allocator = memory.NPUPluggableAllocator(_lib.path(), "tessera_torch_npu_alloc", "tessera_npu_free")
+    _install_hooks(allocator, "_npu", "tessera_npu_empty_cache")
+    try:
+        memory.change_current_allocator(allocator)
+    except RuntimeError as error:
+        raise TesseraError(f"tessera.torch.enable('npu') is too late: torch_npu refused to swap its allocator "
+                           f"({error}). Call it before the first NPU allocation.") from error
+    return allocator
+
+
+def _cpu_library_path():
+    explicit = os.environ.get("TESSERA_TORCH_CPU_LIBRARY")
+    if explicit:
+        return Path(explicit)
+    c_library = Path(_lib.path()).resolve()
+    candidates = [c_library.parent / _CPU_LIBRARY_NAME,                    # installed side by side
+                  c_library.parent.parent.parent / "torch_cpu" / _CPU_LIBRARY_NAME]  # build/src/capi -> build/torch_cpu
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise TesseraError(f"cannot find {_CPU_LIBRARY_NAME} (looked in " + ", ".join(str(c.parent) for c in candidates)
+                       + "): it is built where Debian's libtorch-dev is installed; or set TESSERA_TORCH_CPU_LIBRARY")
+
+
+def _enable_cpu(conf, driver):
+    if driver not in (None, "host"):
+        raise TesseraError(f"tessera.torch.enable('cpu') runs on the host driver only, not {driver!r}")
+    _lib.library()  # load libtessera_c.so first: the CPU library then binds to this same copy
+    path = _cpu_library_path()
+    try:
+        glue = ctypes.CDLL(str(path))
+    except OSError as error:
+        raise TesseraError(f"cannot load {path}: {error}") from error
+    glue.tessera_torch_cpu_enable.restype = ctypes.c_int
+    glue.tessera_torch_cpu_enable.argtypes = [ctypes.c_char_p]
+    glue.tessera_torch_cpu_enabled.restype = ctypes.c_int
+    if glue.tessera_torch_cpu_enable(_lib.encode(conf)) != 0:
+        _lib.fail("tessera_torch_cpu_enable")
+    if glue.tessera_torch_cpu_enabled() != 1:
+        raise TesseraError("tessera.torch.enable('cpu'): libtorch kept another CPU allocator of higher priority")
+    return glue

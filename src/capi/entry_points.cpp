@@ -1,0 +1,180 @@
+// The allocation entry points and hooks that PyTorch's CUDAPluggableAllocator and torch_npu's
+// NPUPluggableAllocator load (tessera_c.h). Every one is an exception barrier: failures become a null
+// result and a message for tessera_last_error().
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string_view>
+
+#include "capi/guard.hpp"
+#include "capi/last_error.hpp"
+#include "capi/registry.hpp"
+#include "tessera/tessera_c.h"
+
+namespace tessera::capi {
+namespace {
+
+StreamId to_stream(void* stream) { return StreamId{reinterpret_cast<std::uintptr_t>(stream)}; }
+
+// The category of the last allocation failure, for the throwing entry points.
+thread_local bool last_failure_was_out_of_memory = false;
+
+void* allocate(std::string_view function, Platform platform, std::size_t size, int device, void* stream) {
+  if (size == 0) return nullptr;  // as PyTorch's own allocators answer a 0-byte request
+  last_failure_was_out_of_memory = false;
+  return guarded(function, static_cast<void*>(nullptr), [&]() -> void* {
+    auto found = device_for(device, platform);
+    if (!found) {
+      set_last_error(fmt::format("{}({} bytes, device {}): {}", function, size, device, found.error().message));
+      return nullptr;
+    }
+    auto address = (*found)->allocator->allocate(size, to_stream(stream));
+    if (!address) {
+      last_failure_was_out_of_memory = address.error().code == Errc::out_of_memory;
+      set_last_error(fmt::format("{}({} bytes, device {}): {}", function, size, device, describe(address.error())));
+      return nullptr;
+    }
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
+  });
+}
+
+// For PyTorch: a failure is an exception that its C++ code carries up to Python as a RuntimeError.
+void* allocate_or_throw(std::string_view function, std::string_view oom_prefix, Platform platform, std::size_t size,
+                        int device, void* stream) {
+  void* block = allocate(function, platform, size, device, stream);
+  if (block != nullptr || size == 0) return block;
+  const char* message = tessera_last_error();
+  if (last_failure_was_out_of_memory) throw std::runtime_error(fmt::format("{} {}", oom_prefix, message));
+  throw std::runtime_error(message);
+}
+
+// Whether `address` is a live block of `device`'s allocator (the slow path of a refused free).
+bool holds_live_block(const Device& device, Address address) {
+  for (const SnapshotSegment& segment : device.allocator->snapshot().segments) {
+    if (address < segment.address || address >= segment.address + segment.total_size) continue;
+    for (const SnapshotBlock& block : segment.blocks) {
+      if (block.address == address && block.state == SnapshotBlock::State::active_allocated) return true;
+    }
+  }
+  return false;
+}
+
+void release(std::string_view function, void* ptr, int device) {
+  if (ptr == nullptr) return;
+  guarded_void(function, [&] {
+    const auto address = static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr));
+    Device* owner = existing_device(device);
+    if (owner != nullptr) {
+      auto freed = owner->allocator->deallocate(address);
+      if (freed) return;
+      if (freed.error().code != Errc::not_found) {
+        set_last_error(fmt::format("{}({}, device {}): {}", function, ptr, device, describe(freed.error())));
+        return;
+      }
+      owner->bad_frees.fetch_add(1, std::memory_order_relaxed);
+    }
+    std::optional<int> elsewhere;
+    for (Device* other : existing_devices()) {
+      if (other != owner && holds_live_block(*other, address)) elsewhere = other->index;
+    }
+    if (elsewhere) {
+      set_last_error(fmt::format("{}({}, device {}): the block was allocated on device {}, not device {}; nothing "
+                                 "was freed",
+                                 function, ptr, device, *elsewhere, device));
+    } else {
+      set_last_error(fmt::format("{}({}, device {}): not a live block of Tessera on device {} (a double free, or "
+                                 "memory from another allocator); nothing was freed",
+                                 function, ptr, device, device));
+    }
+  });
+}
+
+void empty_all_caches(std::string_view function) {
+  guarded_void(function, [&] {
+    for (Device* device : existing_devices()) {
+      if (auto emptied = device->allocator->empty_cache(); !emptied) {
+        set_last_error(fmt::format("{}: device {}: {}", function, device->index, describe(emptied.error())));
+      }
+    }
+  });
+}
+
+void set_fraction(std::string_view function, Platform platform, double fraction, int device) {
+  guarded_void(function, [&] {
+    auto found = device_for(device, platform);
+    if (!found) {
+      set_last_error(fmt::format("{}({}, device {}): {}", function, fraction, device, found.error().message));
+      return;
+    }
+    if (auto set = (*found)->allocator->set_memory_fraction(fraction); !set) {
+      set_last_error(fmt::format("{}({}, device {}): {}", function, fraction, device, describe(set.error())));
+    }
+  });
+}
+
+void add_stream(std::string_view function, void* ptr, void* stream) {
+  if (ptr == nullptr) return;
+  guarded_void(function, [&] {
+    const auto address = static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr));
+    for (Device* device : existing_devices()) {
+      auto recorded = device->allocator->record_stream(address, to_stream(stream));
+      if (recorded) return;
+      if (recorded.error().code != Errc::not_found) {
+        set_last_error(fmt::format("{}({}, stream {}): {}", function, ptr, stream, describe(recorded.error())));
+        return;
+      }
+    }
+    set_last_error(fmt::format("{}({}, stream {}): not a live block of Tessera on any device", function, ptr, stream));
+  });
+}
+
+// The hook PyTorch calls when it installs the allocator: checks the driver and configuration now, so that a
+// mistake is reported before the first allocation fails.
+void check_settings(std::string_view function) {
+  guarded_void(function, [&] {
+    if (auto checked = configure(nullptr, nullptr); !checked) {
+      set_last_error(fmt::format("{}: {}", function, checked.error().message));
+    }
+  });
+}
+
+}  // namespace
+}  // namespace tessera::capi
+
+using namespace tessera::capi;
+
+extern "C" {
+
+void* tessera_alloc(size_t size, int device, void* stream) {
+  return allocate("tessera_alloc", Platform::cuda, size, device, stream);
+}
+void* tessera_torch_alloc(size_t size, int device, void* stream) {
+  return allocate_or_throw("tessera_torch_alloc", "CUDA out of memory.", Platform::cuda, size, device, stream);
+}
+void tessera_free(void* ptr, size_t /*size*/, int device, void* /*stream*/) { release("tessera_free", ptr, device); }
+void tessera_init(int /*device_count*/) { check_settings("tessera_init"); }
+void tessera_empty_cache(void) { empty_all_caches("tessera_empty_cache"); }
+void tessera_set_memory_fraction(double fraction, int device) {
+  set_fraction("tessera_set_memory_fraction", Platform::cuda, fraction, device);
+}
+void tessera_record_stream(void* ptr, void* stream) { add_stream("tessera_record_stream", ptr, stream); }
+
+void* tessera_npu_alloc(size_t size, int device, void* stream) {
+  return allocate("tessera_npu_alloc", Platform::ascend, size, device, stream);
+}
+void* tessera_torch_npu_alloc(size_t size, int device, void* stream) {
+  return allocate_or_throw("tessera_torch_npu_alloc", "NPU out of memory.", Platform::ascend, size, device, stream);
+}
+void tessera_npu_free(void* ptr, size_t /*size*/, int device, void* /*stream*/) {
+  release("tessera_npu_free", ptr, device);
+}
+void tessera_npu_init(int /*device_count*/) { check_settings("tessera_npu_init"); }
+void tessera_npu_empty_cache(bool /*check_error*/) { empty_all_caches("tessera_npu_empty_cache"); }
+void tessera_npu_set_memory_fraction(double fraction, int device) {
+  set_fraction("tessera_npu_set_memory_fraction", Platform::ascend, fraction, device);
+}
+void tessera_npu_record_stream(void* ptr, void* stream) { add_stream("tessera_npu_record_stream", ptr, stream); }
+
+}  // extern "C"

@@ -1,0 +1,226 @@
+// Which driver, which configuration, and the per-device allocators (registry.hpp).
+#include "capi/registry.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "tessera/drivers.hpp"
+
+namespace tessera::capi {
+namespace {
+
+struct Settings {
+  std::optional<std::string> driver;      // from tessera_configure
+  std::optional<std::string> alloc_conf;  // from tessera_configure
+};
+
+std::mutex creation_mutex;                             // guards everything below but the device table's reads
+std::array<std::atomic<Device*>, max_devices> devices{};  // written under the mutex, read without it
+Settings settings;
+std::string chosen_driver;  // fixed when the first allocator is created
+std::size_t history_entries = 0;
+
+std::optional<std::string> environment(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+bool known_driver(std::string_view name) {
+  const auto names = driver_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+Error unknown_driver(std::string_view source, std::string_view name) {
+  return make_error(Errc::invalid_argument, fmt::format("{}: unknown driver '{}': expected one of {}", source, name,
+                                                        fmt::join(driver_names(), ", ")));
+}
+
+// The driver's name and where the choice came from.
+Result<std::string> resolve_driver(Platform platform) {
+  if (!chosen_driver.empty()) return chosen_driver;
+  if (settings.driver) return *settings.driver;
+  if (auto forced = environment("TESSERA_DRIVER")) {
+    if (!known_driver(*forced)) return unknown_driver("TESSERA_DRIVER", *forced);
+    return *forced;
+  }
+  return std::string(platform == Platform::cuda ? "cuda" : "ascend");
+}
+
+Result<AllocatorConfig> resolve_config() {
+  if (settings.alloc_conf) {
+    auto parsed = parse_allocator_config(*settings.alloc_conf);
+    if (!parsed) return make_error(Errc::invalid_argument, "tessera_configure: " + parsed.error().message);
+    return parsed;
+  }
+  return allocator_config_from_environment();
+}
+
+// "8GiB", "512MiB", "1073741824": TESSERA_CAPACITY for the host and sim drivers.
+Result<std::optional<Bytes>> capacity_from_environment() {
+  auto text = environment("TESSERA_CAPACITY");
+  if (!text) return std::optional<Bytes>{};
+  std::uint64_t number = 0;
+  const char* end = text->data() + text->size();
+  auto [stop, failure] = std::from_chars(text->data(), end, number);
+  const std::string_view unit(stop, static_cast<std::size_t>(end - stop));
+  constexpr std::array<std::pair<std::string_view, Bytes>, 5> units{
+      {{"", 1}, {"KiB", KiB}, {"MiB", MiB}, {"GiB", GiB}, {"TiB", GiB * 1024}}};
+  const auto* match = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == unit; });
+  if (failure != std::errc{} || match == units.end() || number == 0 || number > ~Bytes{0} / match->second) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("TESSERA_CAPACITY: bad value '{}': expected a positive number of bytes with an "
+                                  "optional unit KiB, MiB, GiB or TiB, such as 8GiB",
+                                  *text));
+  }
+  return std::optional<Bytes>{number * match->second};
+}
+
+Result<std::unique_ptr<Driver>> make_device_driver(const std::string& name, int index) {
+  if (name == "cuda") {
+    CudaDriverOptions options;
+    options.device = index;
+    if (auto library = environment("TESSERA_CUDA_LIBRARY")) options.library = *library;
+    return make_cuda_driver(options);
+  }
+  if (name == "ascend") {
+    AscendDriverOptions options;
+    options.device = index;
+    if (auto library = environment("TESSERA_ASCEND_LIBRARY")) options.library = *library;
+    return make_ascend_driver(options);
+  }
+  auto capacity = capacity_from_environment();
+  if (!capacity) return std::move(capacity).error();
+  if (name == "host") {
+    HostDriverOptions options;
+    if (*capacity) options.capacity = **capacity;
+    return make_host_driver(options);
+  }
+  if (name == "sim") {
+    SimDriverOptions options;
+    if (*capacity) options.capacity = **capacity;
+    auto sim = make_sim_driver(options);
+    if (!sim) return std::move(sim).error();
+    return std::move(sim->driver);
+  }
+  return unknown_driver("driver", name);
+}
+
+Result<Device*> create_device(int index, Platform platform) {
+  auto name = resolve_driver(platform);
+  if (!name) return std::move(name).error();
+  auto config = resolve_config();
+  if (!config) return std::move(config).error();
+  auto device = std::make_unique<Device>();
+  device->index = index;
+  device->driver_name = *name;
+  auto driver = make_device_driver(*name, index);
+  if (!driver) {
+    Error error = std::move(driver).error();
+    error.message = fmt::format("cannot start the {} driver for device {}: {}", *name, index, error.message);
+    return error;
+  }
+  device->driver = std::move(*driver);
+  auto allocator = make_tessera_allocator(*device->driver, *config);
+  if (!allocator) return std::move(allocator).error();
+  device->allocator = std::move(*allocator);
+  device->allocator->add_observer(device->usage);
+  if (history_entries > 0) device->allocator->record_history(history_entries);
+  chosen_driver = *name;
+  Device* created = device.release();  // never destroyed: see registry.hpp
+  devices[static_cast<std::size_t>(index)].store(created, std::memory_order_release);
+  return created;
+}
+
+}  // namespace
+
+Error device_out_of_range(int index) {
+  return make_error(Errc::invalid_argument,
+                    fmt::format("device {} is out of range: Tessera serves devices 0 to {}", index, max_devices - 1));
+}
+
+Result<Device*> device_for(int index, Platform platform) {
+  if (Device* found = existing_device(index)) return found;
+  if (index < 0 || index >= max_devices) return device_out_of_range(index);
+  std::lock_guard lock(creation_mutex);
+  if (Device* found = existing_device(index)) return found;
+  return create_device(index, platform);
+}
+
+Device* existing_device(int index) noexcept {
+  if (index < 0 || index >= max_devices) return nullptr;
+  return devices[static_cast<std::size_t>(index)].load(std::memory_order_acquire);
+}
+
+std::vector<Device*> existing_devices() {
+  std::vector<Device*> found;
+  for (const auto& slot : devices) {
+    if (Device* device = slot.load(std::memory_order_acquire)) found.push_back(device);
+  }
+  return found;
+}
+
+Result<void> configure(const char* driver, const char* alloc_conf) {
+  std::lock_guard lock(creation_mutex);
+  Settings wanted = settings;
+  const auto forced = environment("TESSERA_DRIVER");
+  if (driver != nullptr) {
+    if (!known_driver(driver)) return unknown_driver("tessera_configure", driver);
+    if (forced && *forced != driver) {
+      return make_error(Errc::invalid_argument,
+                        fmt::format("tessera_configure: the {} driver was asked for, but TESSERA_DRIVER={} forces "
+                                    "another; unset TESSERA_DRIVER or ask for {}",
+                                    driver, *forced, *forced));
+    }
+    wanted.driver = driver;
+  } else if (forced && !known_driver(*forced)) {
+    return unknown_driver("TESSERA_DRIVER", *forced);
+  }
+  std::optional<AllocatorConfig> config;
+  if (alloc_conf != nullptr) {
+    auto parsed = parse_allocator_config(alloc_conf);
+    if (!parsed) return make_error(Errc::invalid_argument, "tessera_configure: " + parsed.error().message);
+    config = *parsed;
+    wanted.alloc_conf = alloc_conf;
+  } else if (auto from_environment = allocator_config_from_environment(); !from_environment) {
+    return std::move(from_environment).error();
+  }
+  if (!chosen_driver.empty()) {
+    // Allocators exist: only a request that changes nothing is accepted.
+    const Device* first = existing_devices().front();
+    if (driver != nullptr && chosen_driver != driver) {
+      return make_error(Errc::invalid_argument,
+                        fmt::format("tessera_configure: too late to choose the {} driver: the allocator of device "
+                                    "{} exists already, on the {} driver",
+                                    driver, first->index, chosen_driver));
+    }
+    if (config && !(*config == first->allocator->config())) {
+      return make_error(Errc::invalid_argument,
+                        fmt::format("tessera_configure: too late to change the configuration: the allocator of "
+                                    "device {} exists already",
+                                    first->index));
+    }
+  }
+  settings = std::move(wanted);
+  return {};
+}
+
+std::string driver_in_use() {
+  std::lock_guard lock(creation_mutex);
+  return chosen_driver;
+}
+
+void set_history(std::size_t max_entries) {
+  std::lock_guard lock(creation_mutex);
+  history_entries = max_entries;
+  for (Device* device : existing_devices()) device->allocator->record_history(max_entries);
+}
+
+}  // namespace tessera::capi

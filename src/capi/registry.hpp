@@ -1,0 +1,50 @@
+// The allocators behind the C ABI: one per device, created on first use, never destroyed (PyTorch frees
+// tensors during static destruction, after any destructor of ours would have run), and the choice of
+// driver and configuration they are created with.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi/usage_counter.hpp"
+#include "tessera/allocator.hpp"
+#include "tessera/driver.hpp"
+#include "tessera/result.hpp"
+
+namespace tessera::capi {
+
+// The platform an entry point is for: the driver used when neither tessera_configure nor TESSERA_DRIVER
+// chooses one.
+enum class Platform : std::uint8_t { cuda, ascend };
+
+inline constexpr int max_devices = 64;
+
+struct Device {
+  int index = 0;
+  std::string driver_name;
+  std::unique_ptr<Driver> driver;
+  UsageCounter usage;
+  std::unique_ptr<TesseraAllocator> allocator;  // uses driver and usage
+  std::atomic<std::uint64_t> bad_frees{0};
+};
+
+// The device's allocator, created on first use with the process's driver and configuration. Lock-free once
+// it exists.
+Result<Device*> device_for(int index, Platform platform);
+// The device's allocator if it exists (null for an index out of range too).
+Device* existing_device(int index) noexcept;
+// Every device whose allocator exists, in index order.
+std::vector<Device*> existing_devices();
+Error device_out_of_range(int index);
+
+// tessera_configure: null arguments keep the environment's choice. Checks everything now.
+Result<void> configure(const char* driver, const char* alloc_conf);
+// The driver the allocators use ("" before the first exists).
+std::string driver_in_use();
+// Applies to every allocator, present and future.
+void set_history(std::size_t max_entries);
+
+}  // namespace tessera::capi

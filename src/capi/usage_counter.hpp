@@ -1,0 +1,49 @@
+// Counts of blocks and bytes per pool, in PyTorch's memory_stats() terms (allocation.*, allocated_bytes.*,
+// requested_bytes.* with current, peak, allocated and freed), computed from the allocator's observer
+// callbacks. The allocator's own stats() has the "all" current and peak bytes; this adds the counts, the
+// per-pool split and the cumulative totals that PyTorch reports too.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+
+#include "tessera/allocator_observer.hpp"
+
+namespace tessera::capi {
+
+struct Counter {
+  std::uint64_t current = 0;
+  std::uint64_t peak = 0;
+  std::uint64_t allocated = 0;  // added since the start
+  std::uint64_t freed = 0;      // removed since the start
+
+  void add(std::uint64_t amount);
+  void remove(std::uint64_t amount);
+};
+
+// One pool's counters: blocks, rounded bytes, requested bytes.
+struct PoolUsage {
+  Counter allocation;
+  Counter allocated_bytes;
+  Counter requested_bytes;
+};
+
+struct Usage {
+  PoolUsage all;
+  PoolUsage small_pool;
+  PoolUsage large_pool;
+};
+
+class UsageCounter final : public AllocatorObserver {
+ public:
+  void block_allocated(const BlockEvent& event) override;
+  void block_freed(const BlockEvent& event) override;
+  Usage usage() const;
+
+ private:
+  mutable std::mutex mutex_;  // the allocator calls under its own lock; readers come from any thread
+  Usage usage_;
+};
+
+}  // namespace tessera::capi

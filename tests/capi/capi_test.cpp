@@ -1,0 +1,510 @@
+// The C ABI (include/tessera/tessera_c.h) as PyTorch uses it, over the host and sim drivers and the fake
+// libcuda: allocation and free, the failures and their messages, statistics JSON with PyTorch's keys, the
+// summary, and the snapshot file read back with tessera's own reader.
+//
+// The library chooses its driver once per process, so every test runs its body in a child process of its own
+// (gtest's death-test fork): run the binary directly or through ctest, each test starts afresh.
+#include <dlfcn.h>
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <stdexcept>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/tessera_c.h"
+#include "tessera/trace.hpp"
+
+namespace {
+
+using Json = nlohmann::json;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string last_error() { return tessera_last_error(); }
+
+// Runs `body` in a forked child with a clean Tessera environment plus `variables`. The child's failures are
+// printed on its stderr, which gtest shows when the child exits with 1.
+template <class Body>
+void in_fresh_process(std::vector<std::pair<const char*, std::string>> variables, Body body) {
+  EXPECT_EXIT(
+      {
+        for (const char* name : {"TESSERA_DRIVER", "TESSERA_ALLOC_CONF", "TESSERA_CAPACITY", "TESSERA_CUDA_LIBRARY",
+                                 "TESSERA_ASCEND_LIBRARY"}) {
+          unsetenv(name);
+        }
+        for (const auto& [name, value] : variables) setenv(name, value.c_str(), 1);
+        ::testing::TestPartResultArray results;
+        {
+          ::testing::ScopedFakeTestPartResultReporter reporter(
+              ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, &results);
+          body();
+        }
+        int failures = 0;
+        for (int i = 0; i < results.size(); ++i) {
+          const ::testing::TestPartResult& result = results.GetTestPartResult(i);
+          if (!result.failed()) continue;
+          std::fprintf(stderr, "%s:%d: %s\n", result.file_name() ? result.file_name() : "?", result.line_number(),
+                       result.message());
+          ++failures;
+        }
+        std::fflush(nullptr);
+        std::_Exit(failures == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+tessera_memory_stats stats_of(int device) {
+  tessera_memory_stats stats{};
+  EXPECT_EQ(tessera_get_memory_stats(device, &stats), 0) << last_error();
+  return stats;
+}
+
+Json stats_json(int device) {
+  const char* text = tessera_memory_stats_json(device);
+  EXPECT_NE(text, nullptr) << last_error();
+  return text == nullptr ? Json::object() : Json::parse(text);
+}
+
+std::filesystem::path temporary_path(const std::string& name) {
+  return std::filesystem::temp_directory_path() / (std::to_string(getpid()) + "-" + name);
+}
+
+// ---- host driver: real memory
+
+TEST(CApiHost, AllocatesWritableAlignedMemoryAndFreesIt) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    EXPECT_EQ(tessera_has_allocator(0), 0);
+    EXPECT_STREQ(tessera_driver_name(), "");
+    std::vector<std::pair<void*, std::size_t>> blocks;
+    for (std::size_t size : {std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{513}, std::size_t{4096},
+                             std::size_t{1} << 20, (std::size_t{1} << 20) + 1, std::size_t{5} << 20}) {
+      void* block = tessera_alloc(size, 0, nullptr);
+      ASSERT_NE(block, nullptr) << size << ": " << last_error();
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(block) % 64, 0U) << "c10 expects 64-byte alignment";
+      std::memset(block, static_cast<int>(size & 0xff), size);
+      blocks.emplace_back(block, size);
+    }
+    for (const auto& [block, size] : blocks) {  // nothing overlapped
+      const auto* bytes = static_cast<const unsigned char*>(block);
+      EXPECT_EQ(bytes[0], size & 0xff);
+      EXPECT_EQ(bytes[size - 1], size & 0xff);
+    }
+    EXPECT_EQ(tessera_has_allocator(0), 1);
+    EXPECT_STREQ(tessera_driver_name(), "host");
+    tessera_memory_stats stats = stats_of(0);
+    EXPECT_EQ(stats.allocations, blocks.size());
+    EXPECT_EQ(stats.allocations_total, blocks.size());
+    EXPECT_GE(stats.requested_bytes, (std::size_t{6} << 20) + 4096);
+    EXPECT_GE(stats.reserved_bytes, stats.allocated_bytes);
+    for (const auto& [block, size] : blocks) tessera_free(block, size, 0, nullptr);
+    stats = stats_of(0);
+    EXPECT_EQ(stats.allocations, 0U);
+    EXPECT_EQ(stats.allocated_bytes, 0U);
+    EXPECT_EQ(stats.frees_total, blocks.size());
+    EXPECT_EQ(stats.bad_frees, 0U);
+    EXPECT_STREQ(tessera_last_error(), "");
+    tessera_empty_cache();
+    EXPECT_EQ(stats_of(0).reserved_bytes, 0U) << "empty_cache gives every idle page back";
+  });
+}
+
+TEST(CApiHost, ZeroBytesIsNullWithoutAnErrorAndFreeingNullIsANoOp) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    EXPECT_EQ(tessera_alloc(0, 0, nullptr), nullptr);
+    EXPECT_STREQ(tessera_last_error(), "");
+    tessera_free(nullptr, 0, 0, nullptr);
+    tessera_npu_free(nullptr, 0, 0, nullptr);
+    EXPECT_STREQ(tessera_last_error(), "");
+  });
+}
+
+TEST(CApiHost, OutOfMemoryIsNullAndAMessageAndTheAllocatorStaysUsable) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "64MiB"}}, [] {
+    void* kept = tessera_alloc(40 << 20, 0, nullptr);
+    ASSERT_NE(kept, nullptr) << last_error();
+    EXPECT_EQ(tessera_alloc(std::size_t{100} << 20, 0, nullptr), nullptr);
+    const std::string message = last_error();
+    EXPECT_TRUE(contains(message, "tessera_alloc(104857600 bytes, device 0)")) << message;
+    EXPECT_TRUE(contains(message, "out_of_memory")) << message;
+    EXPECT_EQ(stats_of(0).num_ooms, 1U);
+    EXPECT_EQ(std::string(tessera_last_error_any_thread()), message);
+    void* small = tessera_alloc(1 << 20, 0, nullptr);
+    EXPECT_NE(small, nullptr) << last_error();
+    tessera_free(small, 1 << 20, 0, nullptr);
+    tessera_free(kept, 40 << 20, 0, nullptr);
+    EXPECT_EQ(stats_of(0).allocations, 0U);
+    tessera_clear_error();
+    EXPECT_STREQ(tessera_last_error(), "");
+  });
+}
+
+// What PyTorch loads: a failure is an exception (PyTorch does not check for NULL), and out of memory reads as
+// PyTorch's own message begins.
+TEST(CApiHost, TheTorchEntryPointThrowsWhereTesseraAllocReturnsNull) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "16MiB"}}, [] {
+    void* block = tessera_torch_alloc(4096, 0, nullptr);
+    ASSERT_NE(block, nullptr) << last_error();
+    EXPECT_EQ(tessera_torch_alloc(0, 0, nullptr), nullptr) << "0 bytes is no failure";
+    try {
+      (void)tessera_torch_alloc(std::size_t{32} << 20, 0, nullptr);
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& error) {
+      const std::string message = error.what();
+      EXPECT_EQ(message.rfind("CUDA out of memory. tessera_torch_alloc(33554432 bytes, device 0): out_of_memory", 0),
+                0U)
+          << message;
+    }
+    try {
+      (void)tessera_torch_npu_alloc(4096, 70, nullptr);
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& error) {
+      EXPECT_TRUE(contains(error.what(), "device 70 is out of range")) << error.what();
+      EXPECT_FALSE(contains(error.what(), "out of memory")) << error.what();
+    }
+    tessera_free(block, 4096, 0, nullptr);
+  });
+}
+
+TEST(CApiHost, SizesNearTwoToThe64AreRefusedWithAMessage) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    for (std::size_t size : {std::numeric_limits<std::size_t>::max(), std::numeric_limits<std::size_t>::max() - 511,
+                             std::size_t{1} << 63}) {
+      tessera_clear_error();
+      EXPECT_EQ(tessera_alloc(size, 0, nullptr), nullptr);
+      const std::string message = last_error();
+      EXPECT_TRUE(contains(message, std::to_string(size) + " bytes")) << message;
+      EXPECT_TRUE(contains(message, "out_of_memory")) << message;
+    }
+    void* block = tessera_alloc(4096, 0, nullptr);
+    EXPECT_NE(block, nullptr) << last_error();
+    tessera_free(block, 4096, 0, nullptr);
+  });
+}
+
+TEST(CApiHost, FreeingAnUnknownPointerChangesNothingAndSaysSo) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    void* block = tessera_alloc(1000, 0, nullptr);
+    ASSERT_NE(block, nullptr) << last_error();
+    int local = 0;
+    tessera_free(&local, sizeof local, 0, nullptr);
+    std::string message = last_error();
+    EXPECT_TRUE(contains(message, "not a live block of Tessera on device 0")) << message;
+    EXPECT_TRUE(contains(message, "nothing was freed")) << message;
+    tessera_free(static_cast<char*>(block) + 8, 992, 0, nullptr);  // inside a block is not a block
+    EXPECT_EQ(stats_of(0).allocations, 1U);
+    tessera_free(block, 1000, 0, nullptr);
+    tessera_free(block, 1000, 0, nullptr);  // a double free
+    message = last_error();
+    EXPECT_TRUE(contains(message, "double free")) << message;
+    EXPECT_EQ(stats_of(0).bad_frees, 3U);
+    EXPECT_EQ(stats_json(0)["tessera.bad_frees"], 3);
+    tessera_free(&local, sizeof local, 5, nullptr);  // a device without an allocator
+    EXPECT_TRUE(contains(last_error(), "device 5")) << last_error();
+  });
+}
+
+TEST(CApiHost, FreeingOnTheWrongDeviceNamesBothAndFreesNothing) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    void* on0 = tessera_alloc(4096, 0, nullptr);
+    void* on1 = tessera_alloc(4096, 1, nullptr);
+    ASSERT_NE(on0, nullptr) << last_error();
+    ASSERT_NE(on1, nullptr) << last_error();
+    tessera_free(on0, 4096, 1, nullptr);
+    const std::string message = last_error();
+    EXPECT_TRUE(contains(message, "allocated on device 0, not device 1")) << message;
+    EXPECT_EQ(stats_of(0).allocations, 1U);
+    EXPECT_EQ(stats_of(1).allocations, 1U);
+    tessera_free(on0, 4096, 0, nullptr);
+    tessera_free(on1, 4096, 1, nullptr);
+    EXPECT_EQ(stats_of(0).allocations + stats_of(1).allocations, 0U);
+  });
+}
+
+TEST(CApiHost, DevicesOutOfRangeAreRefused) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    EXPECT_EQ(tessera_alloc(100, -1, nullptr), nullptr);
+    EXPECT_TRUE(contains(last_error(), "device -1 is out of range")) << last_error();
+    EXPECT_EQ(tessera_alloc(100, 64, nullptr), nullptr);
+    EXPECT_TRUE(contains(last_error(), "device 64 is out of range")) << last_error();
+    EXPECT_EQ(tessera_memory_stats_json(1000), nullptr);
+    EXPECT_EQ(tessera_get_memory_stats(0, nullptr), -1);
+  });
+}
+
+TEST(CApiHost, StatsJsonHasPyTorchsKeysAndAgreesWithTheStruct) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    Json before = stats_json(0);
+    EXPECT_EQ(before["tessera.driver"], "") << "no allocator yet";
+    EXPECT_EQ(before["allocated_bytes.all.current"], 0);
+    void* small = tessera_alloc(1000, 0, nullptr);
+    void* large = tessera_alloc(3 << 20, 0, nullptr);
+    void* freed = tessera_alloc(2000, 0, nullptr);
+    ASSERT_TRUE(small && large && freed) << last_error();
+    tessera_free(freed, 2000, 0, nullptr);
+    const Json json = stats_json(0);
+    for (const char* key :
+         {"allocated_bytes.all.current", "allocated_bytes.all.peak", "allocated_bytes.all.allocated",
+          "allocated_bytes.all.freed", "allocated_bytes.small_pool.current", "allocated_bytes.large_pool.current",
+          "reserved_bytes.all.current", "reserved_bytes.all.peak", "requested_bytes.all.current",
+          "requested_bytes.all.peak", "allocation.all.current", "allocation.all.peak", "allocation.all.allocated",
+          "allocation.all.freed", "allocation.small_pool.allocated", "allocation.large_pool.allocated",
+          "num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
+          "tessera.driver", "tessera.capacity", "tessera.mapped_bytes", "tessera.pooled_bytes",
+          "tessera.cached_bytes", "tessera.stitches", "tessera.pages_mapped", "tessera.syncs"}) {
+      EXPECT_TRUE(json.contains(key)) << key << " missing from " << json.dump(2);
+    }
+    const tessera_memory_stats stats = stats_of(0);
+    EXPECT_EQ(json["tessera.driver"], "host");
+    EXPECT_EQ(json["allocated_bytes.all.current"], stats.allocated_bytes);
+    EXPECT_EQ(json["allocated_bytes.all.peak"], stats.allocated_bytes_peak);
+    EXPECT_EQ(json["requested_bytes.all.current"], 1000 + (3 << 20));
+    EXPECT_EQ(json["requested_bytes.all.peak"], 1000 + (3 << 20) + 2000);
+    EXPECT_EQ(json["reserved_bytes.all.current"], stats.reserved_bytes);
+    EXPECT_EQ(json["allocation.all.current"], 2);
+    EXPECT_EQ(json["allocation.all.allocated"], 3);
+    EXPECT_EQ(json["allocation.all.freed"], 1);
+    EXPECT_EQ(json["allocation.small_pool.allocated"], 2);
+    EXPECT_EQ(json["allocation.large_pool.allocated"], 1);
+    EXPECT_EQ(json["num_device_alloc"], stats.num_device_alloc);
+    EXPECT_GT(stats.num_device_alloc, 0U);
+    EXPECT_EQ(json["tessera.capacity"], std::uint64_t{1} << 30);
+    const std::string summary = tessera_memory_summary(0);
+    EXPECT_TRUE(contains(summary, "device 0, host driver")) << summary;
+    EXPECT_TRUE(contains(summary, "Allocated memory")) << summary;
+    EXPECT_TRUE(contains(summary, "Reserved memory")) << summary;
+    tessera_free(small, 1000, 0, nullptr);
+    tessera_free(large, 3 << 20, 0, nullptr);
+  });
+}
+
+TEST(CApiHost, TheHistoryWritesASnapshotThatTesserasReaderReadsBack) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    const auto path = temporary_path("capi-snapshot.pickle");
+    EXPECT_EQ(tessera_dump_snapshot(path.c_str(), 0), -1) << "no allocator yet";
+    EXPECT_TRUE(contains(last_error(), "device 0 has no allocator yet")) << last_error();
+    ASSERT_EQ(tessera_record_memory_history(10000), 0) << last_error();
+    std::vector<void*> blocks;
+    for (std::size_t i = 1; i <= 10; ++i) blocks.push_back(tessera_alloc(i * 10000, 0, nullptr));
+    for (std::size_t i = 0; i < 10; i += 2) tessera_free(blocks[i], (i + 1) * 10000, 0, nullptr);
+    ASSERT_EQ(tessera_dump_snapshot(path.c_str(), 0), 0) << last_error();
+    auto trace = tessera::read_pytorch_snapshot(path);
+    ASSERT_TRUE(trace.ok()) << tessera::describe(trace.error());
+    const tessera::TraceSummary summary = tessera::summarize(*trace);
+    EXPECT_EQ(summary.allocs, 10U);
+    EXPECT_EQ(summary.frees, 5U);
+    EXPECT_EQ(summary.live_blocks_at_end, 5U);
+    EXPECT_EQ(summary.largest_alloc, 100000U);
+    std::filesystem::remove(path);
+    for (std::size_t i = 1; i < 10; i += 2) tessera_free(blocks[i], (i + 1) * 10000, 0, nullptr);
+    EXPECT_EQ(tessera_dump_snapshot("/nonexistent-directory/x.pickle", 0), -1);
+    EXPECT_TRUE(contains(last_error(), "/nonexistent-directory/x.pickle")) << last_error();
+  });
+}
+
+TEST(CApiHost, ThreadsAllocateAndFreeConcurrently) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([t] {
+        for (int i = 0; i < 2000; ++i) {
+          const std::size_t size = 512 + static_cast<std::size_t>((i * 7919 + t) % 300000);
+          void* block = tessera_alloc(size, 0, reinterpret_cast<void*>(static_cast<std::uintptr_t>(t % 2)));
+          if (block == nullptr) std::abort();
+          static_cast<char*>(block)[size - 1] = 1;
+          tessera_free(block, size, 0, nullptr);
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    const tessera_memory_stats stats = stats_of(0);
+    EXPECT_EQ(stats.allocations_total, 8000U);
+    EXPECT_EQ(stats.frees_total, 8000U);
+    EXPECT_EQ(stats.allocations, 0U);
+  });
+}
+
+TEST(CApiHost, AFailureOnAnotherThreadIsReadableFromThisOne) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "8MiB"}}, [] {
+    std::thread([] { EXPECT_EQ(tessera_alloc(std::size_t{16} << 20, 0, nullptr), nullptr); }).join();
+    EXPECT_STREQ(tessera_last_error(), "") << "this thread failed nothing";
+    EXPECT_TRUE(contains(tessera_last_error_any_thread(), "out_of_memory")) << tessera_last_error_any_thread();
+  });
+}
+
+TEST(CApiHost, MemoryFractionAndRecordStreamHooks) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "64MiB"}}, [] {
+    tessera_set_memory_fraction(0.25, 0);
+    EXPECT_STREQ(tessera_last_error(), "");
+    EXPECT_EQ(tessera_alloc(std::size_t{20} << 20, 0, nullptr), nullptr) << "20 MiB is more than a quarter of 64";
+    tessera_set_memory_fraction(1.0, 0);
+    void* block = tessera_alloc(std::size_t{20} << 20, 0, nullptr);
+    ASSERT_NE(block, nullptr) << last_error();
+    tessera_record_stream(block, reinterpret_cast<void*>(7));
+    EXPECT_TRUE(contains(last_error(), "out_of_memory")) << "record_stream succeeded and left the old message";
+    tessera_free(block, 0, 0, nullptr);
+    tessera_clear_error();
+    tessera_record_stream(block, reinterpret_cast<void*>(7));
+    EXPECT_TRUE(contains(last_error(), "not a live block")) << last_error();
+    tessera_set_memory_fraction(1.5, 0);
+    EXPECT_TRUE(contains(last_error(), "tessera_set_memory_fraction(1.5, device 0)")) << last_error();
+  });
+}
+
+// ---- the choice of driver and configuration
+
+TEST(CApiSettings, AnUnknownDriverIsNamedWithTheKnownOnes) {
+  in_fresh_process({{"TESSERA_DRIVER", "quantum"}}, [] {
+    EXPECT_EQ(tessera_alloc(1000, 0, nullptr), nullptr);
+    const std::string message = last_error();
+    EXPECT_TRUE(contains(message, "TESSERA_DRIVER: unknown driver 'quantum'")) << message;
+    EXPECT_TRUE(contains(message, "host")) << message;
+    EXPECT_EQ(tessera_has_allocator(0), 0);
+    EXPECT_EQ(tessera_configure(nullptr, nullptr), -1);
+    EXPECT_TRUE(contains(last_error(), "'quantum'")) << last_error();
+    EXPECT_EQ(tessera_configure("warp", nullptr), -1);
+    EXPECT_TRUE(contains(last_error(), "tessera_configure: unknown driver 'warp'")) << last_error();
+  });
+}
+
+TEST(CApiSettings, ABadAllocConfIsNamedByItsKey) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_ALLOC_CONF", "garbage_collection_threshold:2"}}, [] {
+    EXPECT_EQ(tessera_alloc(1000, 0, nullptr), nullptr);
+    std::string message = last_error();
+    EXPECT_TRUE(contains(message, "TESSERA_ALLOC_CONF")) << message;
+    EXPECT_TRUE(contains(message, "garbage_collection_threshold")) << message;
+    EXPECT_EQ(tessera_has_allocator(0), 0);
+    EXPECT_EQ(tessera_configure(nullptr, "max_split_size_mb:128"), -1);
+    message = last_error();
+    EXPECT_TRUE(contains(message, "unknown key 'max_split_size_mb'")) << message;
+    // A good configuration given in code replaces the environment's.
+    EXPECT_EQ(tessera_configure(nullptr, "reclaim:first,garbage_collection_threshold:0.5"), 0) << last_error();
+    void* block = tessera_alloc(1000, 0, nullptr);
+    EXPECT_NE(block, nullptr) << last_error();
+    tessera_free(block, 1000, 0, nullptr);
+  });
+}
+
+TEST(CApiSettings, ConfigureChoosesTheDriverUntilTheFirstAllocator) {
+  in_fresh_process({}, [] {
+    ASSERT_EQ(tessera_configure("sim", "reclaim:first"), 0) << last_error();
+    void* block = tessera_alloc(std::size_t{8} << 30, 0, nullptr);  // the sim driver has 80 GiB and no memory
+    ASSERT_NE(block, nullptr) << last_error();
+    EXPECT_STREQ(tessera_driver_name(), "sim");
+    EXPECT_EQ(tessera_configure("sim", "reclaim:first"), 0) << "the same settings again change nothing";
+    EXPECT_EQ(tessera_configure("host", nullptr), -1);
+    EXPECT_TRUE(contains(last_error(), "too late to choose the host driver")) << last_error();
+    EXPECT_EQ(tessera_configure(nullptr, "reclaim:never"), -1);
+    EXPECT_TRUE(contains(last_error(), "too late to change the configuration")) << last_error();
+    tessera_free(block, 0, 0, nullptr);
+  });
+}
+
+TEST(CApiSettings, ConfigureRefusesADriverThatContradictsTesseraDriver) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    EXPECT_EQ(tessera_configure("sim", nullptr), -1);
+    EXPECT_TRUE(contains(last_error(), "TESSERA_DRIVER=host")) << last_error();
+    EXPECT_EQ(tessera_configure("host", nullptr), 0) << last_error();
+  });
+}
+
+TEST(CApiSettings, ABadCapacityIsNamed) {
+  in_fresh_process({{"TESSERA_DRIVER", "sim"}, {"TESSERA_CAPACITY", "lots"}}, [] {
+    EXPECT_EQ(tessera_alloc(1000, 0, nullptr), nullptr);
+    EXPECT_TRUE(contains(last_error(), "TESSERA_CAPACITY: bad value 'lots'")) << last_error();
+  });
+}
+
+// ---- sim driver: no memory, modelled calls
+
+TEST(CApiSim, AllocatesAndRunsOutOfMemoryAtTheConfiguredCapacity) {
+  in_fresh_process({{"TESSERA_DRIVER", "sim"}, {"TESSERA_CAPACITY", "4GiB"}}, [] {
+    void* block = tessera_alloc(std::size_t{3} << 30, 0, nullptr);
+    ASSERT_NE(block, nullptr) << last_error();
+    EXPECT_EQ(tessera_alloc(std::size_t{2} << 30, 0, nullptr), nullptr);
+    EXPECT_TRUE(contains(last_error(), "out_of_memory")) << last_error();
+    EXPECT_EQ(stats_json(0)["tessera.driver"], "sim");
+    EXPECT_EQ(stats_json(0)["tessera.capacity"], std::uint64_t{4} << 30);
+    tessera_free(block, 0, 0, nullptr);
+    void* again = tessera_alloc(std::size_t{2} << 30, 0, nullptr);
+    EXPECT_NE(again, nullptr) << last_error();
+    tessera_free(again, 0, 0, nullptr);
+  });
+}
+
+// ---- cuda driver over the fake libcuda
+
+#ifdef TESSERA_FAKE_CUDA_LIBRARY
+TEST(CApiFakeCuda, TesseraAllocUsesTheCudaDriverByDefault) {
+  in_fresh_process({{"TESSERA_CUDA_LIBRARY", TESSERA_FAKE_CUDA_LIBRARY}}, [] {
+    void* fake = dlopen(TESSERA_FAKE_CUDA_LIBRARY, RTLD_NOW);
+    ASSERT_NE(fake, nullptr) << dlerror();
+    using Count = std::size_t (*)();
+    auto live_allocations = reinterpret_cast<Count>(dlsym(fake, "fake_cuda_live_allocations"));
+    ASSERT_NE(live_allocations, nullptr);
+    tessera_init(1);
+    EXPECT_STREQ(tessera_last_error(), "");
+    void* stream = reinterpret_cast<void*>(0x1234);
+    void* block = tessera_alloc(std::size_t{4} << 20, 0, stream);
+    ASSERT_NE(block, nullptr) << last_error();
+    EXPECT_STREQ(tessera_driver_name(), "cuda");
+    EXPECT_GT(live_allocations(), 0U) << "the pages came from cuMemCreate";
+    // The fake's device has 256 MiB.
+    EXPECT_EQ(tessera_alloc(std::size_t{300} << 20, 0, stream), nullptr);
+    EXPECT_TRUE(contains(last_error(), "out_of_memory")) << last_error();
+    tessera_record_stream(block, reinterpret_cast<void*>(0x5678));
+    tessera_free(block, std::size_t{4} << 20, 0, stream);
+    EXPECT_EQ(stats_of(0).allocations, 0U);
+    tessera_empty_cache();
+    EXPECT_EQ(stats_of(0).reserved_bytes, 0U);
+    EXPECT_EQ(live_allocations(), 0U) << "empty_cache released every page to the driver";
+  });
+}
+
+TEST(CApiFakeCuda, ADeviceTheDriverDoesNotHaveIsAClearError) {
+  in_fresh_process({{"TESSERA_CUDA_LIBRARY", TESSERA_FAKE_CUDA_LIBRARY}}, [] {
+    EXPECT_EQ(tessera_alloc(1000, 3, nullptr), nullptr);
+    const std::string message = last_error();
+    EXPECT_TRUE(contains(message, "cannot start the cuda driver for device 3")) << message;
+  });
+}
+#endif
+
+// ---- without the platform libraries
+
+TEST(CApiUnavailable, AscendWithoutCannFailsWithAClearMessage) {
+  if (void* cann = dlopen("libascendcl.so", RTLD_LAZY)) {
+    dlclose(cann);
+    GTEST_SKIP() << "the CANN runtime is present";
+  }
+  in_fresh_process({}, [] {
+    ASSERT_EQ(tessera_npu_alloc(1000, 0, nullptr), nullptr);
+    const std::string message = last_error();
+    EXPECT_TRUE(contains(message, "tessera_npu_alloc(1000 bytes, device 0)")) << message;
+    EXPECT_TRUE(contains(message, "cannot start the ascend driver for device 0")) << message;
+    EXPECT_TRUE(contains(message, "libascendcl")) << message;
+    EXPECT_EQ(tessera_has_allocator(0), 0);
+  });
+}
+
+TEST(CApiUnavailable, AMissingCudaLibraryIsNamed) {
+  in_fresh_process({{"TESSERA_CUDA_LIBRARY", "libtessera-no-such-cuda.so.1"}}, [] {
+    EXPECT_EQ(tessera_alloc(1000, 0, nullptr), nullptr);
+    const std::string message = last_error();
+    EXPECT_TRUE(contains(message, "cannot start the cuda driver for device 0")) << message;
+    EXPECT_TRUE(contains(message, "libtessera-no-such-cuda.so.1")) << message;
+  });
+}
+
+TEST(CApi, VersionIsTheProjects) { EXPECT_STRNE(tessera_version(), ""); }
+
+}  // namespace
