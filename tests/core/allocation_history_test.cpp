@@ -8,6 +8,7 @@
 #include "tessera/allocator.hpp"
 #include "tessera/drivers.hpp"
 #include "tessera/trace.hpp"
+#include "support/must.hpp"
 
 namespace tessera {
 namespace {
@@ -16,11 +17,7 @@ constexpr Bytes granule = 64 * KiB;
 constexpr StreamId stream_a{0};
 constexpr StreamId stream_b{7};
 
-template <class T>
-T must(Result<T> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-  return std::move(result).value();
-}
+using test_support::must;
 
 class HistoryTest : public ::testing::Test {
  protected:

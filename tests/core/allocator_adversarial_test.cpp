@@ -28,6 +28,7 @@
 #include "tessera/allocator.hpp"
 #include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
+#include "support/must.hpp"
 
 namespace tessera {
 namespace {
@@ -36,14 +37,7 @@ constexpr Bytes granule = 64 * KiB;
 using Repeat = FaultInjectingDriver::Repeat;
 using State = SnapshotBlock::State;
 
-template <class T>
-T must(Result<T> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-  return std::move(result).value();
-}
-void must(Result<void> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-}
+using test_support::must;
 
 std::uint64_t raw(PageId id) { return static_cast<std::uint64_t>(id); }
 std::uint64_t raw(EventId id) { return static_cast<std::uint64_t>(id); }

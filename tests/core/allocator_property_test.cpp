@@ -10,20 +10,14 @@
 
 #include "tessera/allocator.hpp"
 #include "tessera/drivers.hpp"
+#include "support/must.hpp"
 
 namespace tessera {
 namespace {
 
 constexpr Bytes granule = 64 * KiB;
 
-template <class T>
-T must(Result<T> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-  return std::move(result).value();
-}
-void must(Result<void> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-}
+using test_support::must;
 
 unsigned char pattern_byte(std::uint64_t seed, Bytes offset) {
   return static_cast<unsigned char>((seed * 0x9e3779b97f4a7c15ull + offset * 131 + (offset >> 9)) >> 7);

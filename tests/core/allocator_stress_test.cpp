@@ -16,6 +16,7 @@
 #include "tessera/allocator.hpp"
 #include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
+#include "support/must.hpp"
 
 namespace tessera {
 namespace {
@@ -28,11 +29,7 @@ constexpr int stream_count = 4;
 #endif
 constexpr int operations_per_thread = TESSERA_STRESS_OPERATIONS;
 
-template <class T>
-T must(Result<T> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-  return std::move(result).value();
-}
+using test_support::must;
 
 // Word patterns: cheap to write and compare even under ThreadSanitizer.
 std::uint64_t word(std::uint64_t seed, Bytes index) { return (seed + 1) * 0x9e3779b97f4a7c15ull ^ (index + 1) * 0xbf58476d1ce4e5b9ull; }

@@ -8,20 +8,14 @@
 #include "tessera/allocator.hpp"
 #include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
+#include "support/must.hpp"
 
 namespace tessera {
 namespace {
 
 constexpr Bytes granule = 64 * KiB;
 
-template <class T>
-T must(Result<T> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-  return std::move(result).value();
-}
-void must(Result<void> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-}
+using test_support::must;
 
 // host driver → fault injector → counter → allocator.
 class AllocatorTest : public ::testing::Test {

@@ -14,17 +14,14 @@
 #include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
 #include "tessera/trace.hpp"
+#include "support/must.hpp"
 
 namespace tessera {
 namespace {
 
 constexpr Bytes granule = 64 * KiB;
 
-template <class T>
-T must(Result<T> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-  return std::move(result).value();
-}
+using test_support::must;
 
 bool mentions(const Error& error, std::string_view text) { return error.message.find(text) != std::string::npos; }
 

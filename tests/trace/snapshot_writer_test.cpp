@@ -17,6 +17,7 @@
 #include "tessera/allocator.hpp"
 #include "tessera/drivers.hpp"
 #include "tessera/trace.hpp"
+#include "support/must.hpp"
 #include "trace/gzip_file.hpp"
 #include "trace/pickle_reader.hpp"
 #include "trace/pickle_writer.hpp"
@@ -39,14 +40,7 @@ std::optional<std::filesystem::path> shared_traces() {
   return std::nullopt;
 }
 
-template <class T>
-T must(Result<T> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-  return std::move(result).value();
-}
-void must(Result<void> result) {
-  if (!result) throw std::runtime_error(describe(result.error()));
-}
+using test_support::must;
 
 // A scratch folder of this process, removed at the end of the test.
 struct ScratchDir {
