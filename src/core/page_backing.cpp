@@ -149,7 +149,7 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
 
   gaps_.clear();
   assignments_.clear();
-  reclaimed_ids_.clear();
+  reclaimed_.clear();
   for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
     if (region.is_mapped(slot)) continue;
     if (!gaps_.empty() && gaps_.back().end == slot) {
@@ -246,10 +246,20 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
     return std::move(failure).error();
   }
   // Stitched: the pages that reclaim took from other blocks during this call and that went into this one.
-  std::sort(reclaimed_ids_.begin(), reclaimed_ids_.end());
+  // Pages are parts of chunks: a page moved when it overlaps a part that reclaim took (disjoint parts,
+  // sorted, so only the neighbours of its place can overlap it).
+  auto before = [](const Page& a, const Page& b) { return a.id != b.id ? a.id < b.id : a.offset < b.offset; };
+  std::sort(reclaimed_.begin(), reclaimed_.end(), before);
+  auto overlaps = [](const Page& a, const Page& b) {
+    return a.id == b.id && a.offset < b.offset + b.granules && b.offset < a.offset + a.granules;
+  };
   std::uint64_t moved = 0;
   for (const Assignment& assignment : assignments_) {
-    moved += std::binary_search(reclaimed_ids_.begin(), reclaimed_ids_.end(), assignment.page.id) ? 1 : 0;
+    const Page& page = assignment.page;
+    const auto next = std::upper_bound(reclaimed_.begin(), reclaimed_.end(), page, before);
+    const bool took = (next != reclaimed_.end() && overlaps(*next, page)) ||
+                      (next != reclaimed_.begin() && overlaps(*std::prev(next), page));
+    moved += took ? 1 : 0;
   }
   assignments_.clear();
   notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped, mapped_bytes); });
@@ -303,7 +313,7 @@ Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules) {
       break;
     }
     const Page page = idle.arena->clear_page(region, idle.head);
-    reclaimed_ids_.push_back(page.id);
+    reclaimed_.push_back(page);
     pool_.put(page);
     ++pages;
     taken += idle.granules;
@@ -367,7 +377,7 @@ Result<void> TesseraAllocatorImpl::give_back_above(Bytes target) {
     if (auto done = release_pooled_pages(pooled > excess ? pooled - excess : 0); !done) return done;
     if (held_ <= target) break;
     auto taken = reclaim((held_ - target + granule_ - 1) / granule_);
-    reclaimed_ids_.clear();  // only a backing counts what it stitches
+    reclaimed_.clear();  // only a backing counts what it stitches
     if (!taken) return std::move(taken).error();
     if (*taken == 0) return release_pooled_pages(0);
   }

@@ -52,20 +52,21 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   std::lock_guard lock(mutex_);
   // Work may still be queued on blocks freed in stream order, or on streams a pending free waits for: no
   // page is unmapped without proof that it finished. Without that proof the mapped pages are left to the
-  // process's end (a leak, not a corruption); pooled pages are unmapped and always safe to release.
+  // process's end (a leak, not a corruption). A chunk goes back once, when all of it is unmapped; observers
+  // are not told (they may be gone already).
   if (device_proven_idle()) {
     for (auto& arena : arenas_) {
-      for (const Region& region : arena->regions()) {
+      for (std::uint32_t index = 0; index < arena->regions().size(); ++index) {
+        Region& region = arena->region(index);
         for (std::size_t slot = 0; slot < region.table_size(); ++slot) {
           if (region.page_at(slot) == 0) continue;
-          (void)driver_.unmap(region.slot_address(slot, granule_));
-          (void)driver_.release_page(region.pages[slot]);
+          if (driver_.unmap(region.slot_address(slot, granule_))) pool_.put(arena->clear_page(region, slot));
         }
         (void)driver_.release_reservation(region.base);
       }
     }
   }
-  pool_.visit_chunks([&](PageId chunk, std::uint32_t) { (void)driver_.release_page(chunk); });
+  while (const std::optional<Page> chunk = pool_.take_whole_chunk()) (void)driver_.release_page(chunk->id);
   for (Pending& pending : pending_) {
     for (EventId event : pending.events) (void)driver_.destroy_event(event);
   }
@@ -163,7 +164,7 @@ Result<void> TesseraAllocatorImpl::empty_cache() {
   std::lock_guard lock(mutex_);
   if (auto done = process_pending(true); !done) return done;
   auto taken = reclaim(std::numeric_limits<std::size_t>::max());
-  reclaimed_ids_.clear();  // only a backing counts what it stitches
+  reclaimed_.clear();  // only a backing counts what it stitches
   if (!taken) return std::move(taken).error();
   return release_pooled_pages(0);
 }

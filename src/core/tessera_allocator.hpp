@@ -140,7 +140,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   std::vector<Assignment> assignments_;
   std::vector<IdlePage> idle_;
   std::vector<Block*> visited_;
-  std::vector<PageId> reclaimed_ids_;  // pages reclaim took during one backing
+  std::vector<Page> reclaimed_;  // pages reclaim took during one backing (parts of chunks)
 };
 
 }  // namespace tessera::core

@@ -426,5 +426,42 @@ TEST(AllocatorConfig, ComesFromTheEnvironment) {
   EXPECT_EQ(must(allocator_config_from_environment()), AllocatorConfig{});
 }
 
+// The destructor gives each chunk back once, after all its pages are unmapped (found in review: it released
+// a chunk once per mapped page, while other parts of it were still mapped, and once more from the pool).
+TEST(AllocatorTeardown, EachChunkGoesBackOnceAfterAllItsPagesAreUnmapped) {
+  CountingDriver counting(must(make_host_driver({.capacity = 4 * MiB, .granularity = granule})));
+  {
+    auto allocator = must(make_tessera_allocator(counting));
+    (void)must(allocator->allocate(3 * granule, default_stream));  // one chunk, three pages
+    (void)must(allocator->allocate(700, StreamId{2}));            // another chunk, in the small pool
+    ASSERT_EQ(counting.tally().calls_of(DriverCall::create_page), 2u);
+    counting.reset();
+  }
+  EXPECT_EQ(counting.census(), DriverCensus{}) << "everything went back";
+  EXPECT_EQ(counting.tally().calls_of(DriverCall::release_page), 2u);
+  EXPECT_EQ(counting.tally().failures_of(DriverCall::release_page), 0u);
+}
+
+// pages_stitched counts the pages that reclaim moved in this call, not every page of the same chunk (found
+// in review: with chunks it matched on the chunk's id).
+TEST(AllocatorStitchCount, OnlyPagesReclaimTookInThisCallCount) {
+  CountingDriver counting(must(make_host_driver({.capacity = 4 * granule, .granularity = granule})));
+  auto allocator = must(make_tessera_allocator(counting));
+  const Address a = must(allocator->allocate(4 * granule, default_stream));  // one chunk of 4: the device is full
+  must(allocator->deallocate(a));
+  const Address front = must(allocator->allocate(granule, default_stream));  // slot 0 of the chunk
+  ASSERT_EQ(front, a);
+  ASSERT_FALSE(allocator->allocate(4 * granule, StreamId{1}).ok());  // reclaims 3 idle pages, then out of memory
+  ASSERT_EQ(allocator->tessera_stats().pooled_bytes, 3 * granule);
+  must(allocator->deallocate(front));
+  const TesseraStats before = allocator->tessera_stats();
+  const Address b = must(allocator->allocate(4 * granule, StreamId{1}));  // 3 pooled pages, 1 reclaimed now
+  const TesseraStats after = allocator->tessera_stats();
+  ASSERT_EQ(after.pages_reclaimed - before.pages_reclaimed, 1u);
+  EXPECT_EQ(after.pages_stitched - before.pages_stitched, 1u);
+  EXPECT_EQ(allocator->check(), std::nullopt);
+  must(allocator->deallocate(b));
+}
+
 }  // namespace
 }  // namespace tessera
