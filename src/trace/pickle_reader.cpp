@@ -156,15 +156,21 @@ class PickleMachine {
         return {};
       }
       case '.':  // STOP
-        if (stack_.empty()) return fail("STOP with an empty stack");
+        if (above_mark() == 0) {
+          return fail(stack_.empty() ? "STOP with an empty stack" : "STOP with nothing above the mark");
+        }
         tree_.root_ = stack_.back();
         stopped_ = true;
         return {};
       case '(':  // MARK
         marks_.push_back(stack_.size());
         return {};
-      case '0':  // POP
-        if (stack_.empty()) return fail("POP with an empty stack");
+      case '0':  // POP: as Python's, a POP right at the top mark pops the mark
+        if (!marks_.empty() && marks_.back() == stack_.size()) {
+          marks_.pop_back();
+          return {};
+        }
+        if (above_mark() == 0) return fail("POP with an empty stack");
         stack_.pop_back();
         return {};
       case '1': {  // POP_MARK
@@ -174,7 +180,7 @@ class PickleMachine {
         return {};
       }
       case '2':  // DUP
-        if (stack_.empty()) return fail("DUP with an empty stack");
+        if (above_mark() == 0) return fail("DUP with an empty stack");
         stack_.push_back(stack_.back());
         return {};
       case '}': return push_container(PickleKind::dict, {});  // EMPTY_DICT
@@ -189,7 +195,7 @@ class PickleMachine {
       case 0x86: return tuple_of(2);                          // TUPLE2
       case 0x87: return tuple_of(3);                          // TUPLE3
       case 's': {                                             // SETITEM
-        if (stack_.size() < 3) return fail("SETITEM needs a dict, a key and a value");
+        if (above_mark() < 3) return fail("SETITEM needs a dict, a key and a value above the mark");
         const PickleRef value = stack_.back();
         const PickleRef key = stack_[stack_.size() - 2];
         stack_.resize(stack_.size() - 2);
@@ -202,7 +208,7 @@ class PickleMachine {
         return add_marked_items(PickleKind::dict, mark, "SETITEMS");
       }
       case 'a': {  // APPEND
-        if (stack_.size() < 2) return fail("APPEND needs a list and a value");
+        if (above_mark() < 2) return fail("APPEND needs a list and a value above the mark");
         const PickleRef value = stack_.back();
         stack_.pop_back();
         return add_items(PickleKind::list, stack_.back(), {value}, "APPEND");
@@ -250,7 +256,7 @@ class PickleMachine {
       case 'q': return put(1, "BINPUT");
       case 'r': return put(4, "LONG_BINPUT");
       case 0x94:  // MEMOIZE: stores at index len(memo)
-        if (stack_.empty()) return fail("MEMOIZE with an empty stack");
+        if (above_mark() == 0) return fail("MEMOIZE with an empty stack");
         return store(memo_count_, "MEMOIZE");
       case 'h': return get(1, "BINGET");
       case 'j': return get(4, "LONG_BINGET");
@@ -294,6 +300,11 @@ class PickleMachine {
     return push(Node{kind, index, 0});
   }
 
+  // As in Python's unpickler, a MARK fences off the stack below it: the opcodes that take values from the
+  // stack see only those above the top mark, so that no mark ever points past the top of the stack.
+  std::size_t fence() const { return marks_.empty() ? 0 : marks_.back(); }
+  std::size_t above_mark() const { return stack_.size() - fence(); }
+
   std::optional<Error> pop_mark(std::size_t& mark) {
     if (marks_.empty()) return fail("no MARK to pop to");
     mark = marks_.back();
@@ -312,7 +323,7 @@ class PickleMachine {
   }
 
   std::optional<Error> tuple_of(std::size_t count) {
-    if (stack_.size() < count) return fail(fmt::format("TUPLE{} with {} values on the stack", count, stack_.size()));
+    if (above_mark() < count) return fail(fmt::format("TUPLE{} with {} values above the mark", count, above_mark()));
     std::vector<PickleRef> items(stack_.end() - static_cast<std::ptrdiff_t>(count), stack_.end());
     stack_.resize(stack_.size() - count);
     return push_container(PickleKind::tuple, std::move(items));
@@ -331,7 +342,7 @@ class PickleMachine {
 
   // SETITEMS, APPENDS, ADDITEMS: the items since the mark go into the container just below it.
   std::optional<Error> add_marked_items(PickleKind kind, std::size_t mark, std::string_view opcode) {
-    if (mark == 0) return fail(fmt::format("{} with nothing below the mark", opcode));
+    if (mark <= fence()) return fail(fmt::format("{} with nothing below the mark", opcode));
     const Node& node = tree_.nodes_[stack_[mark - 1]];
     if (node.kind != kind) {
       return fail(fmt::format("{} on a {}, not a {}", opcode, to_string(node.kind), to_string(kind)));
@@ -389,7 +400,7 @@ class PickleMachine {
   std::optional<Error> put(std::size_t width, std::string_view opcode) {
     std::uint64_t index = 0;
     if (!read_unsigned(width, index)) return truncated(opcode);
-    if (stack_.empty()) return fail(fmt::format("{} with an empty stack", opcode));
+    if (above_mark() == 0) return fail(fmt::format("{} with an empty stack", opcode));
     return store(index, opcode);
   }
 

@@ -384,7 +384,9 @@ void write_segment(PickleWriter& out, const OutSegment& segment, int device) {
   out.memo_string("requested_size");
   out.unsigned_integer(requested);
   out.memo_string("stream");
-  out.unsigned_integer(segment.stream);
+  // As PyTorch writes a stream (int64_t of the cudaStream_t) and the reader reads it back: a handle with the
+  // top bit set is a negative number, not a long integer beyond int64.
+  out.integer(static_cast<std::int64_t>(segment.stream));
   out.memo_string("segment_type");
   out.memo_string(segment.small ? "small" : "large");
   out.memo_string("segment_pool_id");  // the default pool, as PyTorch writes it
@@ -428,7 +430,7 @@ void write_entry(PickleWriter& out, std::string_view action, const Trace& trace,
   out.memo_string("size");
   out.unsigned_integer(event.size);
   out.memo_string("stream");
-  out.unsigned_integer(static_cast<std::uint64_t>(trace.streams[event.stream]));
+  out.integer(static_cast<std::int64_t>(static_cast<std::uint64_t>(trace.streams[event.stream])));  // as above
   if (event.time_us != no_time) {
     out.memo_string("time_us");
     out.integer(event.time_us);

@@ -130,9 +130,12 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
     const bool declaration = kind == "name" || kind == "device" || kind == "s" || kind == "p";
     if (declaration && builder.event_count() > 0) return fail(fmt::format("'{}' after the first event", kind));
     if (kind == "name" || kind == "device") {
-      const std::string_view value = trim(line.substr(kind.size()));
-      (kind == "name" ? name : device) = std::string(value);
-      named = named || kind == "name";
+      // As the writer writes it: a line break inside becomes a space, and an empty name is no name (the
+      // file's stem then names the trace), so that what is read is written back the same.
+      std::string value = one_line(trim(line.substr(kind.size())));
+      value = std::string(trim(value));
+      if (kind == "name") named = !value.empty();
+      (kind == "name" ? name : device) = std::move(value);
       continue;
     }
     if (kind == "end") {
