@@ -21,6 +21,7 @@
 #include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
 #include "tessera/trace.hpp"
+#include "support/stream_witness.hpp"
 
 namespace tessera::fuzz {
 
@@ -313,23 +314,25 @@ int run_allocator_config(const std::uint8_t* data, std::size_t size) {
 //
 // Byte format (every byte is used; reading past the end gives zeros):
 //   header, 2 bytes: the device (granule 64 KiB or 2 MiB; capacity 8 or 64 MiB) and the configuration
-//     (reclaim policy, garbage collection, page_max, roundup divisions, small_max, virtual_factor);
+//     (reclaim policy, garbage collection, page_max, roundup divisions, small_max, virtual_factor, chunk_max);
 //   then operations, one opcode byte each, modulo 16, with their operand bytes:
 //     0-2 allocate (size: 1 class byte + 2 or 3 bytes; stream: 1 byte)    3-4 deallocate (block: 1 byte)
 //     5 record_stream (block, stream)     6 use: work on a held stream touches a block (block, which user)
 //     7 hold or complete a stream (1 byte)   8 empty_cache   9 set_memory_fraction (1 byte)
 //     10-11 arm a driver fault (call, nth, repeat and error: 3 bytes)   12 clear the faults
 //     13 deallocate / record_stream of an address that is not a live block (1 byte)
-//     14 check every live block's bytes now     15 destroy-free: free the newest block
+//     14 check every live block's bytes, whole, now     15 free the newest block
 //
-// After every operation: check() is clean; the driver's census matches the statistics; the requested
-// bytes, their peak and the out-of-memory count match the model; the snapshot shows every live block,
-// allocated and mapped; no two live blocks overlap; the stream-contract witness saw no violation. Live
-// blocks are filled at allocation with a pattern derived from their id, and their bytes are compared with
-// it (through the driver, which also proves them mapped and accessible) after every operation while they
-// are few, else every 8th, before each free and at the end. At the end, with faults cleared and streams
-// completed: every block frees, empty_cache leaves no page, the whole capacity is one allocation, and the
-// destroyed allocator leaves the driver empty.
+// Every new block: no overlap with a live block, 512-byte aligned, within the limit, not in use by work on
+// another stream. After every operation: check() is clean; the driver's census matches the statistics; the
+// requested bytes, their peak and the out-of-memory count match the model; the stream-contract witness saw
+// no violation; while at most 32 blocks are live (else every 8th operation) the snapshot shows every live
+// block allocated and mapped whole, and no other. Live blocks are filled at allocation with a pattern
+// derived from their id, and their bytes are compared with it through the driver (which also proves them
+// mapped and accessible) after every operation while at most 256 KiB are live (else every 16th, blocks over
+// 64 KiB by one window per 64 KiB), and whole before each free. At the end, with faults cleared and streams
+// completed: every block frees, empty_cache leaves no page and no event, the whole capacity is one
+// allocation, and the destroyed allocator leaves the driver empty.
 
 namespace {
 
@@ -350,7 +353,12 @@ class ByteReader {
 };
 
 std::uint64_t raw(StreamId stream) { return static_cast<std::uint64_t>(stream); }
-std::uint64_t raw(EventId event) { return static_cast<std::uint64_t>(event); }
+
+// The stream contract (tests/support/stream_witness.hpp, shared with the adversarial tests), checked on the
+// calls that really reach the device: work queued on a held stream uses a range until the stream, or an
+// event recorded on it after the work, is proven complete; unmapping such a range before that, or handing
+// it to another stream, is a violation.
+using Witness = test_support::StreamWitness;
 
 // The pattern word `word` of the block with id `seed`. A macro rather than a function, so that it is
 // inlined into the uninstrumented loops below even when they are compiled without optimization.
@@ -400,132 +408,6 @@ std::uint64_t* scratch(std::size_t words) {
   if (buffer.size() < words) buffer.resize(std::max(words, 2 * buffer.size()));
   return buffer.data();
 }
-
-// The stream contract, checked on the calls that really reach the device (as in
-// tests/core/allocator_adversarial_test.cpp): work queued on a held stream uses a range until the stream,
-// or an event recorded on it after the work, is proven complete. Unmapping such a range before that, or
-// handing it to another stream, is a violation.
-class Witness final : public ForwardingDriver {
- public:
-  using ForwardingDriver::ForwardingDriver;
-
-  void use(StreamId stream, Address at, Bytes size) {
-    if (held_.count(raw(stream)) == 0) return;  // work on a running stream is done at once
-    uses_.push_back({stream, at, size, ++sequence_});
-  }
-  std::optional<std::string> foreign_use(Address at, Bytes size, StreamId stream) const {
-    for (const Use& use : uses_) {
-      if (use.stream != stream && at < use.at + use.size && use.at < at + size) {
-        return fmt::format("{:#x}+{} handed to stream {:#x} while work on stream {:#x} may still use {:#x}+{}", at,
-                           size, raw(stream), raw(use.stream), use.at, use.size);
-      }
-    }
-    return std::nullopt;
-  }
-  const std::vector<std::string>& violations() const { return violations_; }
-  bool held(StreamId stream) const { return held_.count(raw(stream)) != 0; }
-  std::vector<StreamId> held_streams() const {
-    std::vector<StreamId> streams;
-    for (std::uint64_t stream : held_) streams.push_back(StreamId{static_cast<std::uintptr_t>(stream)});
-    return streams;
-  }
-
-  StreamControl* stream_control() noexcept override { return &control_; }
-
-  Result<PageId> create_page(Bytes size) override {
-    auto page = ForwardingDriver::create_page(size);
-    if (page) page_size_[static_cast<std::uint64_t>(*page)] = size;
-    return page;
-  }
-  Result<void> map(Address at, PageId page) override {
-    auto done = ForwardingDriver::map(at, page);
-    if (done) mapping_size_[at] = page_size_[static_cast<std::uint64_t>(page)];
-    return done;
-  }
-  Result<void> unmap(Address at) override {
-    const Bytes size = mapping_size_.count(at) != 0 ? mapping_size_[at] : granularity();
-    for (const Use& use : uses_) {
-      if (at < use.at + use.size && use.at < at + size) {
-        violations_.push_back(fmt::format("unmap of {:#x}+{} while work on stream {:#x} may still use {:#x}+{}", at,
-                                          size, raw(use.stream), use.at, use.size));
-        break;
-      }
-    }
-    auto done = ForwardingDriver::unmap(at);
-    if (done) mapping_size_.erase(at);
-    return done;
-  }
-  Result<void> record_event(EventId event, StreamId stream) override {
-    auto done = ForwardingDriver::record_event(event, stream);
-    if (done) events_[raw(event)] = {stream, sequence_};
-    return done;
-  }
-  Result<bool> query_event(EventId event) override {
-    auto done = ForwardingDriver::query_event(event);
-    if (done && *done) retire_event(event);
-    return done;
-  }
-  Result<void> synchronize_event(EventId event) override {
-    auto done = ForwardingDriver::synchronize_event(event);
-    if (done) retire_event(event);
-    return done;
-  }
-  Result<void> synchronize_stream(StreamId stream) override {
-    auto done = ForwardingDriver::synchronize_stream(stream);
-    if (done) retire(stream, ~std::uint64_t{0});
-    return done;
-  }
-  Result<void> synchronize_device() override {
-    auto done = ForwardingDriver::synchronize_device();
-    if (done) uses_.clear();
-    return done;
-  }
-
- private:
-  struct Use {
-    StreamId stream;
-    Address at;
-    Bytes size;
-    std::uint64_t sequence;
-  };
-  struct Mark {
-    StreamId stream;
-    std::uint64_t sequence;
-  };
-  class Control final : public StreamControl {
-   public:
-    explicit Control(Witness& witness) : witness_(witness) {}
-    void hold(StreamId stream) override {
-      witness_.inner().stream_control()->hold(stream);
-      witness_.held_.insert(raw(stream));
-    }
-    void complete(StreamId stream) override {
-      witness_.inner().stream_control()->complete(stream);
-      witness_.held_.erase(raw(stream));
-      witness_.retire(stream, ~std::uint64_t{0});
-    }
-
-   private:
-    Witness& witness_;
-  };
-
-  void retire(StreamId stream, std::uint64_t up_to) {
-    std::erase_if(uses_, [&](const Use& use) { return use.stream == stream && use.sequence <= up_to; });
-  }
-  void retire_event(EventId event) {
-    auto found = events_.find(raw(event));
-    if (found != events_.end()) retire(found->second.stream, found->second.sequence);
-  }
-
-  Control control_{*this};
-  std::set<std::uint64_t> held_;
-  std::vector<Use> uses_;
-  std::uint64_t sequence_ = 0;
-  std::unordered_map<std::uint64_t, Bytes> page_size_;
-  std::map<Address, Bytes> mapping_size_;
-  std::unordered_map<std::uint64_t, Mark> events_;
-  std::vector<std::string> violations_;
-};
 
 // The calls the allocator makes, which faults may be armed on.
 constexpr std::array<DriverCall, 13> fault_calls = {
@@ -581,6 +463,8 @@ class OpsRun {
     if ((device & 128) != 0) config += ",roundup_power2_divisions:4";
     if ((options & 1) != 0) config += ",small_max_kb:64";
     if ((options & 2) != 0) config += ",virtual_factor:1";
+    constexpr std::array<std::string_view, 4> chunks = {"", ",chunk_max_mb:0", ",chunk_max_mb:1", ",chunk_max_mb:8"};
+    config += chunks[(options >> 2) & 3];
     Result<AllocatorConfig> parsed = parse_allocator_config(config);
     if (!parsed) fail("the sequence's configuration is refused: " + parsed.error().message);
     config_ = *parsed;
@@ -677,9 +561,11 @@ class OpsRun {
         if ((choice & 0x80) != 0) {
           last_ = fmt::format("complete stream {:#x}", raw(stream));
           control.complete(stream);
+          held_.erase(raw(stream));
         } else {
           last_ = fmt::format("hold stream {:#x}", raw(stream));
           control.hold(stream);
+          held_.insert(raw(stream));
         }
         break;
       }
@@ -912,7 +798,8 @@ class OpsRun {
     faults_->clear_all();
     armed_ = false;
     for (const DriverCall call : fault_calls) report_.injected_faults += faults_->injected(call);
-    for (StreamId stream : witness_->held_streams()) faults_->stream_control()->complete(stream);
+    for (const std::uint64_t stream : held_) faults_->stream_control()->complete(StreamId{static_cast<std::uintptr_t>(stream)});
+    held_.clear();
     while (!order_.empty()) deallocate(order_.back());
     if (auto done = allocator_->set_memory_fraction(1.0); !done) fail("set_memory_fraction(1): " + describe(done.error()));
     limit_ = capacity_ / granule_ * granule_;
@@ -949,6 +836,7 @@ class OpsRun {
   Bytes limit_ = 0;
   std::map<Address, Live> live_;
   std::vector<Address> order_;  // live blocks, oldest first
+  std::set<std::uint64_t> held_;  // streams held
   Bytes live_bytes_ = 0;
   Bytes peak_bytes_ = 0;
   std::uint64_t ooms_ = 0;
