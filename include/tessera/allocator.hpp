@@ -49,6 +49,13 @@ struct AllocatorConfig {
   // (when_full), or never.
   enum class Reclaim : std::uint8_t { never, when_full, first };
   Reclaim reclaim = Reclaim::when_full;
+  // Tessera: the last step of the out-of-memory ladder. A request that no free block and no pooled or new
+  // page can hold is built in its own virtual range whose first and last granule slots map granules that
+  // live blocks of its stream already half use (their free edges, "slivers"), with whole pages between:
+  // up to two granules fewer than any contiguous placement needs. Needs a driver that maps parts of pages
+  // at several addresses (partial_map, page_multi_mapping); such a block costs a few driver calls and is
+  // unmapped when its free's events complete.
+  bool share_slivers = true;
   // Tessera: virtual space reserved per (stream, pool), as a multiple of the device capacity.
   unsigned virtual_factor = 2;
 
@@ -76,6 +83,9 @@ struct SnapshotBlock {
   Bytes requested = 0;
   enum class State : std::uint8_t { active_allocated, active_pending_free, inactive } state = State::inactive;
   Bytes mapped_bytes = 0;  // how much of the block has physical pages under it
+  // Tessera: the block's bytes are lent to the shared block at this address (0: not lent). Such a block is
+  // shown active_allocated: a sliver of a granule that the shared block's first or last slot maps too.
+  Address lent_to = 0;
 };
 
 struct SnapshotSegment {
@@ -104,6 +114,14 @@ struct TesseraStats {
   std::uint64_t pages_stitched = 0;
   std::uint64_t pages_reclaimed = 0;
   std::uint64_t syncs = 0;
+  // Blocks built on the out-of-memory ladder over slivers (free edges of granules that live blocks half
+  // use), and the slivers they borrowed.
+  std::uint64_t shared_blocks = 0;
+  std::uint64_t slivers_shared = 0;
+  // Granules that shared blocks map a second time, now (not in mapped_bytes: the driver's count of mapped
+  // bytes is mapped_bytes + sliver_mapped_bytes, of mappings pages_mapped - pages_unmapped + sliver_mappings).
+  std::uint64_t sliver_mappings = 0;
+  Bytes sliver_mapped_bytes = 0;
 };
 
 // The allocation history (PyTorch's torch.cuda.memory._record_memory_history): the newest allocs and frees,

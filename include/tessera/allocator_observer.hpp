@@ -30,6 +30,11 @@ class AllocatorObserver {
   virtual void pages_unmapped(std::uint64_t /*count*/, Bytes /*bytes*/) {}
   // A block built from pages taken from other free blocks: `pages` of them moved.
   virtual void stitched(std::uint64_t /*pages*/) {}
+  // A block built over `slivers` (1 or 2) free edges of granules that live blocks half use.
+  virtual void shared(std::uint64_t /*slivers*/) {}
+  // Mappings of granules that are mapped elsewhere too (a shared block's slivers), made and undone.
+  virtual void slivers_mapped(std::uint64_t /*count*/, Bytes /*bytes*/) {}
+  virtual void slivers_unmapped(std::uint64_t /*count*/, Bytes /*bytes*/) {}
   // Pages taken back from idle cached blocks (into the pool or to the device).
   virtual void reclaimed(std::uint64_t /*pages*/) {}
   // A wait on a stream (or the whole device) to prove memory idle before its pages are unmapped.

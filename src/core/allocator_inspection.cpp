@@ -57,6 +57,12 @@ AllocationHistory TesseraAllocatorImpl::history() const {
 AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
   AllocatorSnapshot snapshot;
   snapshot.pooled_bytes = pool_.granules() * granule_;
+  std::unordered_map<const Block*, Address> lent_to;
+  for (const auto& shared : shared_) {
+    for (const SharedMapping& mapping : shared->mappings) {
+      if (mapping.lent != nullptr) lent_to.emplace(mapping.lent, shared->block.address);
+    }
+  }
   for (const auto& arena : arenas_) {
     for (const Region& region : arena->regions()) {
       SnapshotSegment segment{region.base, region.span, region.mapped * granule_, arena->stream(), arena->pool(), {}};
@@ -71,10 +77,32 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
           const Address end = std::min(block->end(), region.slot_address(slot, granule_) + granule_);
           mapped += end - start;
         }
-        segment.blocks.push_back({block->address, block->size, block->requested, state, mapped});
+        const auto lent = block->lent ? lent_to.find(block) : lent_to.end();
+        segment.blocks.push_back(
+            {block->address, block->size, block->requested, state, mapped, lent != lent_to.end() ? lent->second : 0});
       }
       snapshot.segments.push_back(std::move(segment));
     }
+  }
+  // A shared block is a segment of its own: its range, the block, and the unused start and end around it.
+  for (const auto& shared : shared_) {
+    const Block& block = shared->block;
+    // Its own pages only: the slivers' granules are counted once, in their home segments.
+    Bytes mapped = 0;
+    bool all_mapped = true;
+    for (const SharedMapping& mapping : shared->mappings) {
+      if (mapping.mapped && mapping.lent == nullptr) mapped += mapping.page.granules * granule_;
+      all_mapped = all_mapped && mapping.mapped;
+    }
+    SnapshotSegment segment{shared->base, shared->span, mapped, shared->stream, shared->pool, {}};
+    using State = SnapshotBlock::State;
+    if (block.address > shared->base) segment.blocks.push_back({shared->base, block.address - shared->base, 0, State::inactive, 0, 0});
+    const State state = block.live ? State::active_allocated : State::active_pending_free;
+    segment.blocks.push_back({block.address, block.size, block.requested, state, all_mapped ? block.size : 0, 0});
+    if (block.end() < shared->base + shared->span) {
+      segment.blocks.push_back({block.end(), shared->base + shared->span - block.end(), 0, State::inactive, 0, 0});
+    }
+    snapshot.segments.push_back(std::move(segment));
   }
   return snapshot;
 }
@@ -140,6 +168,7 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   Bytes requested = 0;
   Bytes allocated = 0;
   std::size_t live_blocks = 0;
+  std::size_t lent_blocks = 0;
   std::size_t mapped_slots = 0;
   std::unordered_map<std::uint64_t, std::size_t> mapped_of_chunk;
   for (const auto& arena : arenas_) {
@@ -171,7 +200,10 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
             }
           }
         }
-        if (block->live) {
+        if (block->lent) {
+          if (!block->live) return fmt::format("block {:#x}: lent but not live", block->address);
+          ++lent_blocks;
+        } else if (block->live) {
           const LiveEntry* found = live_.find(block->address);
           if (found == nullptr || found->block != block) return fmt::format("block {:#x}: not in the live map", block->address);
           requested += block->requested;
@@ -184,6 +216,9 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
       if (expected != region.base + region.span) return fmt::format("region {:#x}: blocks end at {:#x}", region.base, expected);
       if (previous != region.last_block) return fmt::format("region {:#x}: last block is not the tail", region.base);
     }
+  }
+  if (auto broken = check_shared(requested, allocated, live_blocks, lent_blocks, mapped_slots, mapped_of_chunk)) {
+    return broken;
   }
   const TesseraStats& stats = stats_.stats();
   if (live_blocks != live_.size()) return fmt::format("{} live blocks but {} in the live map", live_blocks, live_.size());
@@ -211,6 +246,54 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   if (mapped_of_chunk.size() > pool_.chunk_count()) return std::string("a mapped page belongs to no chunk");
   if (chunk_granules * granule_ != held_) return fmt::format("chunks hold {} granules but {} bytes counted", chunk_granules, held_);
   if (held_ > driver_.capacity()) return fmt::format("holds {} bytes, above the capacity {}", held_, driver_.capacity());
+  return std::nullopt;
+}
+
+// Shared blocks: live ones in the live map and counted; freed ones pending; every lent granule still mapped
+// at its home slot with a lent block over the sliver; their own pages counted with the arenas'.
+std::optional<std::string> TesseraAllocatorImpl::check_shared(
+    Bytes& requested, Bytes& allocated, std::size_t& live_blocks, std::size_t lent_blocks, std::size_t& mapped_slots,
+    std::unordered_map<std::uint64_t, std::size_t>& mapped_of_chunk) const {
+  std::size_t lent = 0;
+  for (const auto& shared : shared_) {
+    const Block& block = shared->block;
+    if (block.live) {
+      const LiveEntry* found = live_.find(block.address);
+      if (found == nullptr || found->block != &block) return fmt::format("shared block {:#x}: not in the live map", block.address);
+      requested += block.requested;
+      allocated += block.size;
+      ++live_blocks;
+    } else {
+      const bool waits = std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.block == &block; });
+      if (!waits) return fmt::format("shared block {:#x}: neither live nor pending", block.address);
+    }
+    if (block.address < shared->base || block.end() > shared->base + shared->span) {
+      return fmt::format("shared block {:#x}: outside its range", block.address);
+    }
+    for (const SharedMapping& mapping : shared->mappings) {
+      if (block.live && !mapping.mapped) return fmt::format("shared block {:#x}: slot {} unmapped", block.address, mapping.slot);
+      if (mapping.lent == nullptr) {
+        if (mapping.mapped) {
+          mapped_slots += mapping.page.granules;
+          mapped_of_chunk[static_cast<std::uint64_t>(mapping.page.id)] += mapping.page.granules;
+        }
+        continue;
+      }
+      ++lent;
+      const Block& home = *mapping.lent;
+      if (!home.live || !home.lent) return fmt::format("shared block {:#x}: its sliver {:#x} is not lent", block.address, home.address);
+      const Region& region = mapping.home->region_of(home);
+      const std::size_t slot = (home.address - region.base) / granule_;
+      std::size_t head = slot;
+      while (head > 0 && region.page_at(head) == 0) --head;
+      if (!region.is_accessible(slot) || region.pages[head] != mapping.page.id ||
+          region.page_offsets[head] + (slot - head) != mapping.page.offset ||
+          (home.end() - 1 - region.base) / granule_ != slot) {
+        return fmt::format("shared block {:#x}: its sliver {:#x} is not on the granule it maps", block.address, home.address);
+      }
+    }
+  }
+  if (lent != lent_blocks) return fmt::format("{} lent blocks in the arenas but {} slivers shared", lent_blocks, lent);
   return std::nullopt;
 }
 

@@ -74,6 +74,32 @@ Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {
   return free_block;
 }
 
+Block* Arena::lend(Block* free_block, Address at, Bytes size) {
+  assert(free_block->is_free() && at >= free_block->address && at + size <= free_block->end());
+  if (at > free_block->address) {
+    // The front stays free where it is; the lent bytes are carved from the low end of the rest.
+    index_erase(free_block);
+    Block* rest = new_block();
+    rest->address = at;
+    rest->size = free_block->end() - at;
+    rest->arena = this;
+    rest->region = free_block->region;
+    rest->freed_at = free_block->freed_at;
+    if (free_block->reclaim_hook.is_linked()) reclaim_list_.insert(reclaim_list_.iterator_to(*free_block), *rest);
+    rest->previous = free_block;
+    rest->next = free_block->next;
+    if (rest->next != nullptr) rest->next->previous = rest;
+    free_block->next = rest;
+    free_block->size = at - free_block->address;
+    if (rest->next == nullptr) regions_[rest->region].last_block = rest;
+    index_insert(free_block);
+    free_block = rest;
+  }
+  Block* lent = take(free_block, size, 0);
+  lent->lent = true;
+  return lent;
+}
+
 void Arena::mark_pending(Block* block) {
   block->live = false;
   block->pending = true;
@@ -82,6 +108,7 @@ void Arena::mark_pending(Block* block) {
 Block* Arena::give_back(Block* block, std::uint64_t clock) {
   block->live = false;
   block->pending = false;
+  block->lent = false;
   block->requested = 0;
   block->freed_at = clock;
   if (Block* before = block->previous; before != nullptr && !before->live && !before->pending) {

@@ -122,6 +122,8 @@ class Arena {
 
   // Carves `size` bytes from the low end of a free block; the rest stays free. The block returned is live.
   Block* take(Block* free_block, Bytes size, Bytes requested);
+  // Carves [at, at + size) from inside a free block as a lent block; what lies before and after stays free.
+  Block* lend(Block* free_block, Address at, Bytes size);
   // Makes a live or pending block free again and merges it with its free neighbours.
   Block* give_back(Block* block, std::uint64_t clock);
   // A freed block that must wait for events: neither live nor reusable.

@@ -25,6 +25,9 @@ struct Block {
   std::uint32_t region = 0;
   bool live = false;
   bool pending = false;        // freed by the caller, waiting for events before it may be reused
+  // Live, but not the caller's: free bytes at the edge of a mapped granule, lent to a block built on the
+  // out-of-memory ladder whose own first or last slot maps the same granule (sliver_sharing.cpp).
+  bool lent = false;
   std::uint64_t freed_at = 0;  // the allocator's clock at the latest free that formed this block
   boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> free_hook;
   // In the allocator's reclaim list while free and possibly holding idle pages, oldest freed first.

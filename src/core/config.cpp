@@ -89,6 +89,19 @@ const std::vector<Option>& option_table() {
          }
          return std::nullopt;
        }},
+      {{"share_slivers", "on",
+        "Tessera's: on the out-of-memory ladder, build a block whose first and last granules are the free "
+        "edges of granules live blocks half use (on or off)"},
+       [](std::string_view value, AllocatorConfig& config) -> std::optional<std::string> {
+         if (value == "on") {
+           config.share_slivers = true;
+         } else if (value == "off") {
+           config.share_slivers = false;
+         } else {
+           return "expected on or off";
+         }
+         return std::nullopt;
+       }},
       {{"virtual_factor", "2",
         "Tessera's: virtual space reserved per (stream, pool), in multiples of the capacity (1 to 64)"},
        [](std::string_view value, AllocatorConfig& config) -> std::optional<std::string> {

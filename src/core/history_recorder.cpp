@@ -65,7 +65,10 @@ AllocationHistory HistoryRecorder::build(AllocatorSnapshot state) const {
   std::vector<Lifetime> live_before;  // initial blocks never freed: live in the state, not allocated in the window
   for (const SnapshotSegment& segment : state.segments) {
     for (const SnapshotBlock& block : segment.blocks) {
-      if (block.state != SnapshotBlock::State::active_allocated || live_in_window.contains(block.address)) continue;
+      if (block.state != SnapshotBlock::State::active_allocated || block.lent_to != 0 ||
+          live_in_window.contains(block.address)) {
+        continue;  // a lent sliver is part of the shared block that holds it, not an allocation
+      }
       live_before.push_back({block.address, block.requested, segment.stream});
     }
   }

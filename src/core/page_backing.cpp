@@ -7,7 +7,8 @@
 //   3. new pages while the memory held stays within the limit: one page of up to page_max for the slots
 //      wholly inside the block (only this block touches them), one granule at the block's shared edges —
 //      all cut from one new chunk (up to chunk_max) where the driver maps parts of a chunk;
-//   4. with reclaim:when_full, the pages of idle cached blocks, then the pool again;
+//   4. with reclaim:when_full, the pages of idle cached blocks, then the pool again (where slivers are shared,
+//      only after a block over slivers could not be built: sliver_sharing.cpp);
 //   5. where pooled pages cannot be split and are too large for the holes, they go back to the device and
 //      granule pages replace them.
 // Taking idle pages is stitching: pages freed in scattered places become one contiguous block. A page is
@@ -132,7 +133,7 @@ void TesseraAllocatorImpl::return_assignments_to_pool() {
   assignments_.clear();
 }
 
-Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& block) {
+Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& block, bool take_idle_when_full) {
   Region& region = arena.region_of(block);
   const SlotRange touched = arena.touched_slots(block);
   if (region.all_mapped(touched)) return {};  // the fast path: cached memory
@@ -181,7 +182,7 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
     const std::size_t extend_to = gaps_.back().end == touched.end() ? growth_room(arena, block, touched) : 0;
     if (auto done = create_for_gaps(inner, extend_to); !done) return fail(std::move(done).error());
   }
-  if (gap_granules() > 0 && config_.reclaim == Reclaim::when_full) {
+  if (gap_granules() > 0 && config_.reclaim == Reclaim::when_full && take_idle_when_full) {
     if (auto done = take_idle(); !done) return fail(std::move(done).error());
   }
   if (gap_granules() > 0 && !pool_.empty() && !pages_split()) {

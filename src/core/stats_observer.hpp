@@ -46,6 +46,18 @@ class StatsObserver final : public AllocatorObserver {
     stats_.stitches += 1;
     stats_.pages_stitched += pages;
   }
+  void shared(std::uint64_t slivers) override {
+    stats_.shared_blocks += 1;
+    stats_.slivers_shared += slivers;
+  }
+  void slivers_mapped(std::uint64_t count, Bytes bytes) override {
+    stats_.sliver_mappings += count;
+    stats_.sliver_mapped_bytes += bytes;
+  }
+  void slivers_unmapped(std::uint64_t count, Bytes bytes) override {
+    stats_.sliver_mappings -= count;
+    stats_.sliver_mapped_bytes -= bytes;
+  }
   void reclaimed(std::uint64_t pages) override { stats_.pages_reclaimed += pages; }
   void synchronized(bool whole_device) override {
     stats_.syncs += 1;

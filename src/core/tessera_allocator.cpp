@@ -9,8 +9,10 @@
 //   3. fast path: every granule slot under the block already has a page (cached memory): done, no driver
 //      call;
 //   4. otherwise back the missing slots (page_backing.cpp);
-//   5. out of memory: wait for pending cross-stream frees and try once more; then fail with the figures,
-//      everything as it was (pages obtained on the way stay pooled: nothing is lost).
+//   5. no page can be created: build the block over the free edges of half-used granules (slivers,
+//      sliver_sharing.cpp); then take the pages of idle cached blocks; then wait for pending cross-stream
+//      frees and try both once more; then fail with the figures, everything as it was (pages obtained on
+//      the way stay pooled: nothing is lost).
 #include "core/tessera_allocator.hpp"
 
 #include <fmt/format.h>
@@ -55,6 +57,14 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   // process's end (a leak, not a corruption). A chunk goes back once, when all of it is unmapped; observers
   // are not told (they may be gone already).
   if (device_proven_idle()) {
+    for (auto& shared : shared_) {
+      for (SharedMapping& mapping : shared->mappings) {
+        if (mapping.mapped && driver_.unmap(shared->base + mapping.slot * granule_) && mapping.lent == nullptr) {
+          pool_.put(mapping.page);
+        }
+      }
+      if (shared->reserved) (void)driver_.release_reservation(shared->base);
+    }
     for (auto& arena : arenas_) {
       for (std::uint32_t index = 0; index < arena->regions().size(); ++index) {
         Region& region = arena->region(index);
@@ -103,12 +113,27 @@ Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
   if (!pending_.empty() || !stale_events_.empty()) {
     if (auto done = process_pending(false); !done) return std::move(done).error();
   }
-  auto placed = place(rounded, size, stream);
+  // Slivers go before the pages of idle cached blocks: those stay usable later, a sliver beside a live block
+  // does not.
+  const bool share = can_share_slivers();
+  auto over_slivers = [&]() -> std::optional<Result<Address>> {
+    if (!share) return std::nullopt;
+    auto shared = place_over_slivers(rounded, size, stream);
+    if (shared || shared.error().code != Errc::out_of_memory) return shared;
+    return std::nullopt;
+  };
+  auto placed = place(rounded, size, stream, !share);
   if (placed || placed.error().code != Errc::out_of_memory) return placed;
+  if (auto shared = over_slivers()) return std::move(*shared);
+  if (share) {
+    placed = place(rounded, size, stream, true);
+    if (placed || placed.error().code != Errc::out_of_memory) return placed;
+  }
   notify([](AllocatorObserver& observer) { observer.alloc_retried(); });
   if (auto done = process_pending(true); !done) return std::move(done).error();
-  placed = place(rounded, size, stream);
+  placed = place(rounded, size, stream, true);
   if (placed || placed.error().code != Errc::out_of_memory) return placed;
+  if (auto shared = over_slivers()) return std::move(*shared);
   return out_of_memory(size, placed.error().message);
 }
 
@@ -121,6 +146,7 @@ Result<void> TesseraAllocatorImpl::deallocate(Address address) {
                                                    address));
   }
   auto [arena, block] = *found;
+  if (arena == nullptr) return free_shared(block);
   const BlockEvent event = block_event(*arena, *block);
   auto extra = extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(block);
   if (extra == extra_streams_.end()) {
@@ -154,7 +180,7 @@ Result<void> TesseraAllocatorImpl::record_stream(Address address, StreamId strea
     return make_error(Errc::not_found, fmt::format("tessera: record_stream on {:#x}, which is not a live block", address));
   }
   auto [arena, block] = *found;
-  if (stream == arena->stream()) return {};
+  if (stream == (arena != nullptr ? arena->stream() : shared_of(block)->stream)) return {};
   auto& streams = extra_streams_[block];
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
   return {};
@@ -221,7 +247,7 @@ Bytes TesseraAllocatorImpl::region_span(Bytes at_least) const {
   return std::max(span, align_up(at_least, granule_));
 }
 
-Result<Address> TesseraAllocatorImpl::place(Bytes rounded, Bytes requested, StreamId stream) {
+Result<Address> TesseraAllocatorImpl::place(Bytes rounded, Bytes requested, StreamId stream, bool take_idle) {
   const MemoryPool pool = rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
   Arena* arena = arena_for(stream, pool);
   Block* free_block = arena->best_fit(rounded);
@@ -233,7 +259,7 @@ Result<Address> TesseraAllocatorImpl::place(Bytes rounded, Bytes requested, Stre
     free_block = arena->best_fit(rounded);
   }
   Block* block = arena->take(free_block, rounded, requested);
-  if (auto backed = back_with_pages(*arena, *block); !backed) {
+  if (auto backed = back_with_pages(*arena, *block, take_idle); !backed) {
     arena->give_back(block, block->freed_at);
     return std::move(backed).error();
   }
@@ -276,7 +302,15 @@ Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
       continue;
     }
     for (EventId event : pending.events) destroy_or_defer(event);
-    pending.arena->give_back(pending.block, ++clock_);
+    pending.events.clear();
+    if (pending.arena == nullptr) {
+      if (!take_apart(pending.block)) {  // a driver call failed: tried again at the next processing
+        ++i;
+        continue;
+      }
+    } else {
+      pending.arena->give_back(pending.block, ++clock_);
+    }
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();
   }

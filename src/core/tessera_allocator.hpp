@@ -2,6 +2,7 @@
 //   tessera_allocator.cpp     the requests: allocate, free, record_stream, empty_cache, placement, streams
 //   page_backing.cpp          the pages: where a block's pages come from, reclaim, release, garbage collection
 //   allocator_inspection.cpp  stats, snapshot, history, the out-of-memory report and check()
+//   sliver_sharing.cpp        the ladder's last step: a block over slivers of half-used granules
 //   history_recorder.cpp      the allocation history ring (an observer) and its trace
 // Every driver call of the allocator is in these files; layers 2 and 3 (arena, free index, page pool) make
 // none.
@@ -50,10 +51,42 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
     Block* block = nullptr;
   };
 
+  // arena null: a shared block, taken apart once the events completed.
   struct Pending {
     Arena* arena;
     Block* block;
     std::vector<EventId> events;
+  };
+
+  // A block built over slivers (sliver_sharing.cpp) in a virtual range of its own. Its mappings, in slot
+  // order: a granule lent by a home arena (not owned: the home slot maps it too and a lent block there
+  // keeps its bytes), then pages of its own, then another lent granule; [first_mapped, end_mapped) of them
+  // are mapped.
+  struct SharedMapping {
+    std::size_t slot;
+    Page page;
+    Arena* home = nullptr;  // lent: the arena, and the lent block that holds the sliver there
+    Block* lent = nullptr;
+    bool mapped = false;
+  };
+  struct SharedBlock {
+    Block block;  // arena null
+    MemoryPool pool = MemoryPool::large;
+    StreamId stream{};
+    Address base = 0;
+    Bytes span = 0;
+    std::vector<SharedMapping> mappings;
+    std::size_t first_mapped = 0;
+    std::size_t end_mapped = 0;
+    bool reserved = true;  // its virtual range not yet released
+  };
+  // A sliver: the free bytes from `at` to the end (a head) or from the start (a tail) of a mapped slot.
+  struct Sliver {
+    Arena* arena = nullptr;
+    Block* free_block = nullptr;
+    Address at = 0;
+    Bytes size = 0;
+    Page granule;  // the one granule of a chunk mapped at that slot
   };
 
   // A page to map at `head` for the block being backed.
@@ -88,14 +121,15 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   Bytes round_size(Bytes size) const;
   Arena* arena_for(StreamId stream, MemoryPool pool);
   Bytes region_span(Bytes at_least) const;
-  Result<Address> place(Bytes rounded, Bytes requested, StreamId stream);
+  // take_idle: whether the block may take the pages of idle cached blocks when none can be created.
+  Result<Address> place(Bytes rounded, Bytes requested, StreamId stream, bool take_idle);
   Result<EventId> record_event_on(StreamId stream);
   void destroy_or_defer(EventId event);
   bool device_proven_idle();
   Result<void> process_pending(bool wait);
 
   // page_backing.cpp
-  Result<void> back_with_pages(Arena& arena, const Block& block);
+  Result<void> back_with_pages(Arena& arena, const Block& block, bool take_idle);
   std::size_t fill_gaps_from_pool();
   Result<void> create_for_gaps(const SlotRange& inner, std::size_t extend_to);
   Result<PageId> create_chunk(std::uint32_t& granules);
@@ -109,8 +143,19 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   void return_assignments_to_pool();
   std::size_t gap_granules() const;
 
+  // sliver_sharing.cpp
+  bool can_share_slivers() const noexcept;
+  Result<Address> place_over_slivers(Bytes rounded, Bytes requested, StreamId stream);
+  void find_slivers(StreamId stream, std::vector<Sliver>& heads, std::vector<Sliver>& tails) const;
+  Result<void> free_shared(Block* block);
+  bool take_apart(Block* block);
+  SharedBlock* shared_of(const Block* block);
+
   // allocator_inspection.cpp
   AllocatorSnapshot snapshot_locked() const;
+  std::optional<std::string> check_shared(Bytes& requested, Bytes& allocated, std::size_t& live_blocks,
+                                          std::size_t lent_blocks, std::size_t& mapped_slots,
+                                          std::unordered_map<std::uint64_t, std::size_t>& mapped_of_chunk) const;
   Error out_of_memory(Bytes requested, std::string_view why);
 
   mutable std::mutex mutex_;
@@ -130,6 +175,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   AddressTable<LiveEntry> live_;
   std::unordered_map<const Block*, std::vector<StreamId>> extra_streams_;
   std::vector<Pending> pending_;
+  std::vector<std::unique_ptr<SharedBlock>> shared_;
   std::vector<EventId> stale_events_;  // events whose destroy failed: tried again at the next processing
   PagePool pool_;
   StatsObserver stats_;

@@ -1,0 +1,293 @@
+// The last step of the out-of-memory ladder: a block over slivers.
+//
+// Near the limit, much of what a request lacks sits in slivers: the free edges of granules that live
+// blocks half use. No contiguous placement can use a sliver whose neighbour in its region is live. But a
+// granule may be mapped at two addresses at once (CUDA, the host and sim drivers), and a block's virtual
+// range only has to be contiguous: so the request gets a range of its own whose first slot maps the granule
+// of a sliver that runs to the end of its slot (the block starts at the sliver's offset), whose last slot
+// maps the granule of a sliver that starts its slot, and whose slots between map whole pages, pooled or new.
+// That is up to two granules fewer than any contiguous placement. In the home arena the sliver's bytes are
+// held by a lent block, so nothing else goes there; no byte is reachable by two blocks.
+//
+// Stream order: slivers come only from free (not pending) blocks of the request's own stream, so reusing
+// them needs no event, as any same-stream reuse. The shared block's mappings are its own, though: its free
+// records an event on its stream and on each stream it was recorded on, and when they completed it is taken
+// apart — unmapped, its pages pooled, its slivers given back to their arenas, its range released.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/tessera_allocator.hpp"
+
+namespace tessera::core {
+
+namespace {
+
+bool same_stream(StreamId a, StreamId b) { return static_cast<std::uintptr_t>(a) == static_cast<std::uintptr_t>(b); }
+
+}  // namespace
+
+bool TesseraAllocatorImpl::can_share_slivers() const noexcept {
+  const DriverCapabilities& can = driver_.capabilities();
+  return config_.share_slivers && can.partial_map && can.page_multi_mapping;
+}
+
+TesseraAllocatorImpl::SharedBlock* TesseraAllocatorImpl::shared_of(const Block* block) {
+  for (auto& shared : shared_) {
+    if (&shared->block == block) return shared.get();
+  }
+  return nullptr;
+}
+
+// Heads: free blocks that start inside a mapped slot and run to its end. Tails: free blocks that end inside
+// a mapped slot they cover from its start.
+void TesseraAllocatorImpl::find_slivers(StreamId stream, std::vector<Sliver>& heads, std::vector<Sliver>& tails) const {
+  for (const auto& arena : arenas_) {
+    if (!same_stream(arena->stream(), stream)) continue;
+    arena->visit_free([&](const Block* block) {
+      const Region& region = arena->region_of(*block);
+      auto granule_at = [&](std::size_t slot) -> std::optional<Page> {
+        if (!region.is_accessible(slot)) return std::nullopt;
+        std::size_t head = slot;
+        while (region.page_at(head) == 0) --head;
+        return Page{region.pages[head], 1, region.page_offsets[head] + static_cast<std::uint32_t>(slot - head)};
+      };
+      Block* free_block = const_cast<Block*>(block);
+      if (const Bytes offset = (block->address - region.base) & (granule_ - 1); offset != 0) {
+        const std::size_t slot = (block->address - region.base) / granule_;
+        const Address slot_end = region.slot_address(slot + 1, granule_);
+        if (block->end() >= slot_end) {
+          if (auto granule = granule_at(slot)) {
+            heads.push_back({arena.get(), free_block, block->address, slot_end - block->address, *granule});
+          }
+        }
+      }
+      if (const Bytes offset = (block->end() - region.base) & (granule_ - 1); offset != 0) {
+        const std::size_t slot = (block->end() - region.base) / granule_;
+        const Address slot_start = region.slot_address(slot, granule_);
+        if (block->address <= slot_start) {
+          if (auto granule = granule_at(slot)) tails.push_back({arena.get(), free_block, slot_start, offset, *granule});
+        }
+      }
+    });
+  }
+}
+
+Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes requested, StreamId stream) {
+  std::vector<Sliver> heads;
+  std::vector<Sliver> tails;
+  find_slivers(stream, heads, tails);
+  if (heads.empty() && tails.empty()) return make_error(Errc::out_of_memory, "no sliver to share");
+
+  // Candidates per side: none, the smallest sliver that holds the whole request, the largest. Of every
+  // pair, the fewest whole pages between, then the fewest slivers, then the least sliver bytes used (the
+  // large slivers stay for the next request).
+  auto candidates = [&](const std::vector<Sliver>& list) {
+    const Sliver* holding = nullptr;
+    const Sliver* largest = nullptr;
+    for (const Sliver& sliver : list) {
+      if (sliver.size >= rounded && (holding == nullptr || sliver.size < holding->size)) holding = &sliver;
+      if (largest == nullptr || sliver.size > largest->size) largest = &sliver;
+    }
+    return std::array<const Sliver*, 3>{nullptr, holding, largest};
+  };
+  struct Plan {
+    const Sliver* head = nullptr;
+    const Sliver* tail = nullptr;
+    Bytes head_used = 0;
+    Bytes tail_used = 0;
+    std::size_t middle = 0;
+  };
+  std::optional<Plan> best;
+  auto score = [](const Plan& plan) {
+    const int slivers = (plan.head != nullptr ? 1 : 0) + (plan.tail != nullptr ? 1 : 0);
+    return std::tuple{plan.middle, slivers, plan.head_used + plan.tail_used};
+  };
+  for (const Sliver* head : candidates(heads)) {
+    for (const Sliver* tail : candidates(tails)) {
+      if (head == nullptr && tail == nullptr) continue;
+      Plan plan{head, nullptr, head != nullptr ? std::min(head->size, rounded) : 0, 0, 0};
+      const Bytes rest = rounded - plan.head_used;
+      const Bytes tail_room = tail != nullptr ? tail->size : 0;
+      plan.middle = rest > tail_room ? (rest - tail_room + granule_ - 1) / granule_ : 0;
+      if (rest > plan.middle * granule_) {
+        plan.tail = tail;
+        plan.tail_used = rest - plan.middle * granule_;
+      }
+      if (plan.head == nullptr && plan.tail == nullptr) continue;
+      if (!best || score(plan) < score(*best)) best = plan;
+    }
+  }
+  auto room = [&] { return pool_.granules() + (limit_ > held_ ? (limit_ - held_) / granule_ : 0); };
+  if (best && best->middle > room() && config_.reclaim != AllocatorConfig::Reclaim::never) {
+    // The idle pages of the free block the contiguous placement would have used in place are idle again.
+    auto taken = reclaim(best->middle - room());
+    reclaimed_.clear();
+    if (!taken) return std::move(taken).error();
+  }
+  if (!best || best->middle > room()) {
+    return make_error(Errc::out_of_memory, fmt::format("even over slivers it needs {} more granule(s)",
+                                                        best ? best->middle - room() : rounded / granule_));
+  }
+  const Plan plan = *best;
+
+  // The range: [head slot] [middle slots] [tail slot]; the block starts where the head sliver does.
+  const std::size_t first_middle = plan.head != nullptr ? 1 : 0;
+  const std::size_t slots = first_middle + plan.middle + (plan.tail != nullptr ? 1 : 0);
+  const Bytes span = slots * granule_;
+  auto base = driver_.reserve(span);
+  if (!base) return std::move(base).error();
+
+  gaps_.clear();
+  assignments_.clear();
+  reclaimed_.clear();
+  if (plan.middle > 0) gaps_.push_back({first_middle, first_middle + plan.middle});
+  fill_gaps_from_pool();
+  Result<void> created;
+  if (gap_granules() > 0) created = create_for_gaps(SlotRange{first_middle, plan.middle}, 0);
+  if (!created.ok() || gap_granules() > 0) {
+    return_assignments_to_pool();
+    (void)driver_.release_reservation(*base);  // a range never mapped: a failure here only leaks address space
+    if (!created.ok()) return std::move(created).error();
+    return make_error(Errc::out_of_memory, "the pages between the slivers could not be created");
+  }
+
+  auto shared = std::make_unique<SharedBlock>();
+  shared->pool = rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
+  shared->stream = stream;
+  shared->base = *base;
+  shared->span = span;
+  Block& block = shared->block;
+  block.address = *base + (plan.head != nullptr ? granule_ - plan.head->size : 0);
+  block.size = rounded;
+  block.requested = requested;
+  // The tail is lent first: when both slivers are the two ends of one free block, the head's block stays.
+  Block* tail_lent = plan.tail != nullptr ? plan.tail->arena->lend(plan.tail->free_block, plan.tail->at, plan.tail_used) : nullptr;
+  Block* head_lent = plan.head != nullptr ? plan.head->arena->lend(plan.head->free_block, plan.head->at, plan.head_used) : nullptr;
+  if (head_lent != nullptr) shared->mappings.push_back({0, plan.head->granule, plan.head->arena, head_lent, false});
+  std::sort(assignments_.begin(), assignments_.end(),
+            [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
+  for (const Assignment& assignment : assignments_) shared->mappings.push_back({assignment.head, assignment.page, nullptr, nullptr, false});
+  assignments_.clear();
+  if (tail_lent != nullptr) shared->mappings.push_back({slots - 1, plan.tail->granule, plan.tail->arena, tail_lent, false});
+
+  Result<void> failure;
+  std::uint64_t mapped = 0;
+  Bytes mapped_bytes = 0;
+  std::uint64_t slivers_mapped = 0;
+  for (SharedMapping& mapping : shared->mappings) {
+    const Page& page = mapping.page;
+    const Address at = *base + mapping.slot * granule_;
+    auto done = mapping.lent == nullptr && page.offset == 0 && page.granules == pool_.chunk_granules(page.id)
+                    ? driver_.map(at, page.id)
+                    : driver_.map_part(at, page.id, page.offset * granule_, page.granules * granule_);
+    if (!done) {
+      failure = std::move(done);
+      break;
+    }
+    mapping.mapped = true;
+    if (mapping.lent == nullptr) {
+      ++mapped;
+      mapped_bytes += page.granules * granule_;
+    } else {
+      ++slivers_mapped;
+    }
+  }
+  if (failure.ok()) failure = driver_.set_access(*base, span);
+  if (mapped > 0) notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped, mapped_bytes); });
+  if (slivers_mapped > 0) {
+    notify([&](AllocatorObserver& observer) { observer.slivers_mapped(slivers_mapped, slivers_mapped * granule_); });
+  }
+  SharedBlock& kept = *shared_.emplace_back(std::move(shared));
+  if (!failure.ok()) {
+    // Pages never mapped go back to the pool now; the rest is taken apart as after a free (or later, if an
+    // unmap fails: the block then waits in the pending list, no page lost).
+    std::erase_if(kept.mappings, [&](const SharedMapping& mapping) {
+      if (mapping.mapped || mapping.lent != nullptr) return false;
+      pool_.put(mapping.page);
+      return true;
+    });
+    if (!take_apart(&block)) {
+      block.pending = true;
+      pending_.push_back({nullptr, &block, {}});
+    }
+    return std::move(failure).error();
+  }
+  block.live = true;
+  live_.insert(block.address, LiveEntry{nullptr, &block});
+  const BlockEvent event{block.address, block.size, block.requested, stream, kept.pool};
+  const std::uint64_t slivers = (head_lent != nullptr ? 1 : 0) + (tail_lent != nullptr ? 1 : 0);
+  notify([&](AllocatorObserver& observer) {
+    observer.shared(slivers);
+    observer.block_allocated(event);
+  });
+  return block.address;
+}
+
+// The caller's free: the mappings go only when the work queued on the block so far is done.
+Result<void> TesseraAllocatorImpl::free_shared(Block* block) {
+  SharedBlock* shared = shared_of(block);
+  Pending pending{nullptr, block, {}};
+  auto extra = extra_streams_.find(block);
+  std::vector<StreamId> streams{shared->stream};
+  if (extra != extra_streams_.end()) streams.insert(streams.end(), extra->second.begin(), extra->second.end());
+  for (StreamId user : streams) {
+    auto recorded = record_event_on(user);
+    if (!recorded) {
+      for (EventId done : pending.events) destroy_or_defer(done);
+      return std::move(recorded).error();  // the block stays live: the caller may free it again
+    }
+    pending.events.push_back(*recorded);
+  }
+  if (extra != extra_streams_.end()) extra_streams_.erase(extra);
+  const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool};
+  live_.erase(block->address);
+  block->live = false;
+  block->pending = true;
+  pending_.push_back(std::move(pending));
+  notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
+  return {};
+}
+
+// Unmaps what is mapped, pools the pages, gives the slivers back and releases the range. False when a driver
+// call failed: what was done stays done, and the rest is tried again later.
+bool TesseraAllocatorImpl::take_apart(Block* block) {
+  SharedBlock* shared = shared_of(block);
+  std::uint64_t unmapped = 0;
+  Bytes unmapped_bytes = 0;
+  std::uint64_t slivers_unmapped = 0;
+  bool done = true;
+  for (SharedMapping& mapping : shared->mappings) {
+    if (!mapping.mapped) continue;
+    if (!driver_.unmap(shared->base + mapping.slot * granule_)) {
+      done = false;
+      break;
+    }
+    mapping.mapped = false;
+    if (mapping.lent == nullptr) {
+      pool_.put(mapping.page);
+      ++unmapped;
+      unmapped_bytes += mapping.page.granules * granule_;
+    } else {
+      ++slivers_unmapped;
+    }
+  }
+  if (unmapped > 0) notify([&](AllocatorObserver& observer) { observer.pages_unmapped(unmapped, unmapped_bytes); });
+  if (slivers_unmapped > 0) {
+    notify([&](AllocatorObserver& observer) { observer.slivers_unmapped(slivers_unmapped, slivers_unmapped * granule_); });
+  }
+  if (!done) return false;
+  // Nothing maps the slivers twice any more: their bytes are free again at home.
+  std::erase_if(shared->mappings, [&](const SharedMapping& mapping) {
+    if (mapping.lent != nullptr) mapping.home->give_back(mapping.lent, ++clock_);
+    return true;
+  });
+  if (shared->reserved) {
+    if (!driver_.release_reservation(shared->base)) return false;
+    shared->reserved = false;
+  }
+  std::erase_if(shared_, [&](const auto& candidate) { return &candidate->block == block; });
+  return true;
+}
+
+}  // namespace tessera::core
