@@ -73,24 +73,18 @@ void TesseraAllocatorImpl::find_slivers(StreamId stream, std::vector<Sliver>& he
   }
 }
 
-Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes requested, StreamId stream) {
+Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes requested, StreamId stream,
+                                                         std::size_t max_middle) {
   std::vector<Sliver> heads;
   std::vector<Sliver> tails;
   find_slivers(stream, heads, tails);
   if (heads.empty() && tails.empty()) return make_error(Errc::out_of_memory, "no sliver to share");
 
-  // Candidates per side: none, the smallest sliver that holds the whole request, the largest. Of every
-  // pair, the fewest whole pages between, then the fewest slivers, then the least sliver bytes used (the
-  // large slivers stay for the next request).
-  auto candidates = [&](const std::vector<Sliver>& list) {
-    const Sliver* holding = nullptr;
-    const Sliver* largest = nullptr;
-    for (const Sliver& sliver : list) {
-      if (sliver.size >= rounded && (holding == nullptr || sliver.size < holding->size)) holding = &sliver;
-      if (largest == nullptr || sliver.size > largest->size) largest = &sliver;
-    }
-    return std::array<const Sliver*, 3>{nullptr, holding, largest};
-  };
+  // The plan: the fewest whole pages between; then the least sliver left over beside what it uses (best
+  // fit: a sliver only a little larger than needed is used up, the large ones stay for larger requests);
+  // then the fewest slivers. For each head (or none), the fewest pages come with the largest tail, and the
+  // least left over with the smallest tail that still gives that many: a binary search over tails by size.
+  std::sort(tails.begin(), tails.end(), [](const Sliver& a, const Sliver& b) { return a.size < b.size; });
   struct Plan {
     const Sliver* head = nullptr;
     const Sliver* tail = nullptr;
@@ -98,26 +92,33 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
     Bytes tail_used = 0;
     std::size_t middle = 0;
   };
-  std::optional<Plan> best;
   auto score = [](const Plan& plan) {
+    const Bytes left_over = (plan.head != nullptr ? plan.head->size - plan.head_used : 0) +
+                            (plan.tail != nullptr ? plan.tail->size - plan.tail_used : 0);
     const int slivers = (plan.head != nullptr ? 1 : 0) + (plan.tail != nullptr ? 1 : 0);
-    return std::tuple{plan.middle, slivers, plan.head_used + plan.tail_used};
+    return std::tuple{plan.middle, left_over, slivers};
   };
-  for (const Sliver* head : candidates(heads)) {
-    for (const Sliver* tail : candidates(tails)) {
-      if (head == nullptr && tail == nullptr) continue;
-      Plan plan{head, nullptr, head != nullptr ? std::min(head->size, rounded) : 0, 0, 0};
-      const Bytes rest = rounded - plan.head_used;
-      const Bytes tail_room = tail != nullptr ? tail->size : 0;
-      plan.middle = rest > tail_room ? (rest - tail_room + granule_ - 1) / granule_ : 0;
-      if (rest > plan.middle * granule_) {
-        plan.tail = tail;
-        plan.tail_used = rest - plan.middle * granule_;
-      }
-      if (plan.head == nullptr && plan.tail == nullptr) continue;
-      if (!best || score(plan) < score(*best)) best = plan;
-    }
-  }
+  std::optional<Plan> best;
+  auto consider = [&](const Plan& plan) {
+    if ((plan.head != nullptr || plan.tail != nullptr) && (!best || score(plan) < score(*best))) best = plan;
+  };
+  auto plan_with_head = [&](const Sliver* head) {
+    Plan plan{head, nullptr, head != nullptr ? std::min(head->size, rounded) : 0, 0, 0};
+    const Bytes rest = rounded - plan.head_used;
+    plan.middle = (rest + granule_ - 1) / granule_;
+    consider(plan);  // no tail
+    if (rest == 0 || tails.empty()) return;
+    const Bytes largest = tails.back().size;
+    plan.middle = rest > largest ? (rest - largest + granule_ - 1) / granule_ : 0;
+    if (plan.middle * granule_ >= rest) return;  // whole pages end it: the plan without a tail
+    plan.tail_used = rest - plan.middle * granule_;
+    plan.tail = &*std::lower_bound(tails.begin(), tails.end(), plan.tail_used,
+                                   [](const Sliver& sliver, Bytes size) { return sliver.size < size; });
+    consider(plan);
+  };
+  plan_with_head(nullptr);
+  for (const Sliver& head : heads) plan_with_head(&head);
+  if (best && best->middle > max_middle) return make_error(Errc::out_of_memory, "slivers would save nothing");
   auto room = [&] { return pool_.granules() + (limit_ > held_ ? (limit_ - held_) / granule_ : 0); };
   if (best && best->middle > room() && config_.reclaim != AllocatorConfig::Reclaim::never) {
     // The idle pages of the free block the contiguous placement would have used in place are idle again.

@@ -118,10 +118,17 @@ Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
   const bool share = can_share_slivers();
   auto over_slivers = [&]() -> std::optional<Result<Address>> {
     if (!share) return std::nullopt;
-    auto shared = place_over_slivers(rounded, size, stream);
+    auto shared = place_over_slivers(rounded, size, stream, std::numeric_limits<std::size_t>::max());
     if (shared || shared.error().code != Errc::out_of_memory) return shared;
     return std::nullopt;
   };
+  // At the limit, where pages are scarce, slivers go first when they leave more pages for what follows.
+  if (share && held_ + granule_ > limit_) {
+    if (const std::size_t contiguous = pages_to_place(rounded, stream); contiguous > 0) {
+      auto shared = place_over_slivers(rounded, size, stream, contiguous - 1);
+      if (shared || shared.error().code != Errc::out_of_memory) return shared;
+    }
+  }
   auto placed = place(rounded, size, stream, !share);
   if (placed || placed.error().code != Errc::out_of_memory) return placed;
   if (auto shared = over_slivers()) return std::move(*shared);
@@ -245,6 +252,20 @@ Arena* TesseraAllocatorImpl::arena_for(StreamId stream, MemoryPool pool) {
 Bytes TesseraAllocatorImpl::region_span(Bytes at_least) const {
   const Bytes span = std::max<Bytes>(driver_.capacity() / granule_ * granule_, granule_) * config_.virtual_factor;
   return std::max(span, align_up(at_least, granule_));
+}
+
+// The granules a contiguous placement would still need pages for: its best fit's slots without one.
+std::size_t TesseraAllocatorImpl::pages_to_place(Bytes rounded, StreamId stream) {
+  const MemoryPool pool = rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
+  Arena* arena = arena_for(stream, pool);
+  const Block* free_block = arena->best_fit(rounded);
+  if (free_block == nullptr) return (rounded + granule_ - 1) / granule_;
+  const Region& region = arena->region_of(*free_block);
+  const std::size_t first = (free_block->address - region.base) / granule_;
+  const std::size_t end = (free_block->address + rounded - 1 - region.base) / granule_ + 1;
+  std::size_t missing = 0;
+  for (std::size_t slot = first; slot < end; ++slot) missing += region.is_accessible(slot) ? 0 : 1;
+  return missing;
 }
 
 Result<Address> TesseraAllocatorImpl::place(Bytes rounded, Bytes requested, StreamId stream, bool take_idle) {

@@ -123,6 +123,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   Bytes region_span(Bytes at_least) const;
   // take_idle: whether the block may take the pages of idle cached blocks when none can be created.
   Result<Address> place(Bytes rounded, Bytes requested, StreamId stream, bool take_idle);
+  std::size_t pages_to_place(Bytes rounded, StreamId stream);
   Result<EventId> record_event_on(StreamId stream);
   void destroy_or_defer(EventId event);
   bool device_proven_idle();
@@ -145,7 +146,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
 
   // sliver_sharing.cpp
   bool can_share_slivers() const noexcept;
-  Result<Address> place_over_slivers(Bytes rounded, Bytes requested, StreamId stream);
+  // Fails (out of memory) when it would need more than max_middle whole pages between the slivers.
+  Result<Address> place_over_slivers(Bytes rounded, Bytes requested, StreamId stream, std::size_t max_middle);
   void find_slivers(StreamId stream, std::vector<Sliver>& heads, std::vector<Sliver>& tails) const;
   Result<void> free_shared(Block* block);
   bool take_apart(Block* block);
