@@ -110,6 +110,9 @@ std::string stats_json(const DeviceReport& report) {
   json["tessera.pages_stitched"] = report.stats.pages_stitched;
   json["tessera.pages_reclaimed"] = report.stats.pages_reclaimed;
   json["tessera.syncs"] = report.stats.syncs;
+  json["tessera.shared_blocks"] = report.stats.shared_blocks;
+  json["tessera.slivers_shared"] = report.stats.slivers_shared;
+  json["tessera.sliver_mapped_bytes"] = report.stats.sliver_mapped_bytes;
   json["tessera.bad_frees"] = report.bad_frees;
   return json.dump();
 }

@@ -204,8 +204,8 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
           if (!block->live) return fmt::format("block {:#x}: lent but not live", block->address);
           ++lent_blocks;
         } else if (block->live) {
-          const LiveEntry* found = live_.find(block->address);
-          if (found == nullptr || found->block != block) return fmt::format("block {:#x}: not in the live map", block->address);
+          Block* const* found = live_.find(block->address);
+          if (found == nullptr || *found != block) return fmt::format("block {:#x}: not in the live map", block->address);
           requested += block->requested;
           allocated += block->size;
           ++live_blocks;
@@ -258,8 +258,8 @@ std::optional<std::string> TesseraAllocatorImpl::check_shared(
   for (const auto& shared : shared_) {
     const Block& block = shared->block;
     if (block.live) {
-      const LiveEntry* found = live_.find(block.address);
-      if (found == nullptr || found->block != &block) return fmt::format("shared block {:#x}: not in the live map", block.address);
+      Block* const* found = live_.find(block.address);
+      if (found == nullptr || *found != &block) return fmt::format("shared block {:#x}: not in the live map", block.address);
       requested += block.requested;
       allocated += block.size;
       ++live_blocks;

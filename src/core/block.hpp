@@ -37,7 +37,9 @@ struct Block {
   bool is_free() const noexcept { return !live && !pending; }
 };
 
+// No size counter: nothing asks for the size, and the fast path would update it at every carve and merge.
 using ReclaimList = boost::intrusive::list<
-    Block, boost::intrusive::member_hook<Block, decltype(Block::reclaim_hook), &Block::reclaim_hook>>;
+    Block, boost::intrusive::member_hook<Block, decltype(Block::reclaim_hook), &Block::reclaim_hook>,
+    boost::intrusive::constant_time_size<false>>;
 
 }  // namespace tessera::core

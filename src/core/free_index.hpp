@@ -19,7 +19,6 @@ class FreeIndex {
   void insert(Block* block) { blocks_.insert(*block); }
   void erase(Block* block) { blocks_.erase(blocks_.iterator_to(*block)); }
   static bool contains(const Block* block) { return block->free_hook.is_linked(); }
-  std::size_t size() const noexcept { return blocks_.size(); }
 
   // The smallest free block of at least `size` bytes, lowest address first; null when none.
   Block* best_fit(Bytes size) const {
@@ -51,7 +50,10 @@ class FreeIndex {
     }
   };
   using Hook = boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>;
-  boost::intrusive::set<Block, Hook, boost::intrusive::compare<BySizeThenAddress>> blocks_;
+  // No size counter: nothing asks for it, and every carve and merge would update it.
+  boost::intrusive::set<Block, Hook, boost::intrusive::compare<BySizeThenAddress>,
+                        boost::intrusive::constant_time_size<false>>
+      blocks_;
 };
 
 }  // namespace tessera::core

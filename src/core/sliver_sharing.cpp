@@ -215,7 +215,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
     return std::move(failure).error();
   }
   block.live = true;
-  live_.insert(block.address, LiveEntry{nullptr, &block});
+  live_.insert(block.address, &block);
   const BlockEvent event{block.address, block.size, block.requested, stream, kept.pool};
   const std::uint64_t slivers = (head_lent != nullptr ? 1 : 0) + (tail_lent != nullptr ? 1 : 0);
   notify([&](AllocatorObserver& observer) {

@@ -48,7 +48,8 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
                               ? static_cast<std::uint32_t>(std::clamp<Bytes>(config.chunk_max / driver.granularity(),
                                                                              page_max_granules_, 1u << 24))
                               : page_max_granules_),
-      limit_(driver.capacity() / granule_ * granule_) {}
+      limit_(driver.capacity() / granule_ * granule_),
+      share_slivers_(can_share_slivers()) {}
 
 TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   std::lock_guard lock(mutex_);
@@ -115,7 +116,7 @@ Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
   }
   // Slivers go before the pages of idle cached blocks: those stay usable later, a sliver beside a live block
   // does not.
-  const bool share = can_share_slivers();
+  const bool share = share_slivers_;
   auto over_slivers = [&]() -> std::optional<Result<Address>> {
     if (!share) return std::nullopt;
     auto shared = place_over_slivers(rounded, size, stream, std::numeric_limits<std::size_t>::max());
@@ -146,18 +147,19 @@ Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
 
 Result<void> TesseraAllocatorImpl::deallocate(Address address) {
   std::lock_guard lock(mutex_);
-  const LiveEntry* found = live_.find(address);
-  if (found == nullptr) {
+  const std::size_t slot = live_.slot_of(address);
+  if (slot == live_.npos) {
     return make_error(Errc::not_found, fmt::format("tessera: deallocate of {:#x}, which is not a live block of this "
                                                    "allocator (a double free, or memory from elsewhere)",
                                                    address));
   }
-  auto [arena, block] = *found;
+  Block* block = live_.value_at(slot);
+  Arena* arena = block->arena;
   if (arena == nullptr) return free_shared(block);
   const BlockEvent event = block_event(*arena, *block);
   auto extra = extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(block);
   if (extra == extra_streams_.end()) {
-    live_.erase(address);
+    live_.erase_slot(slot);
     arena->give_back(block, ++clock_);
     notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
     return {};
@@ -182,11 +184,12 @@ Result<void> TesseraAllocatorImpl::deallocate(Address address) {
 
 Result<void> TesseraAllocatorImpl::record_stream(Address address, StreamId stream) {
   std::lock_guard lock(mutex_);
-  const LiveEntry* found = live_.find(address);
+  Block* const* found = live_.find(address);
   if (found == nullptr) {
     return make_error(Errc::not_found, fmt::format("tessera: record_stream on {:#x}, which is not a live block", address));
   }
-  auto [arena, block] = *found;
+  Block* block = *found;
+  Arena* arena = block->arena;
   if (stream == (arena != nullptr ? arena->stream() : shared_of(block)->stream)) return {};
   auto& streams = extra_streams_[block];
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
@@ -284,10 +287,12 @@ Result<Address> TesseraAllocatorImpl::place(Bytes rounded, Bytes requested, Stre
     arena->give_back(block, block->freed_at);
     return std::move(backed).error();
   }
-  live_.insert(block->address, LiveEntry{arena, block});
-  const BlockEvent event = block_event(*arena, *block);
+  const Address address = block->address;
+  live_.insert(address, block);
+  // From what is in registers: reading back the fields take() just stored would stall on store forwarding.
+  const BlockEvent event{address, rounded, requested, stream, pool};
   notify([&](AllocatorObserver& observer) { observer.block_allocated(event); });
-  return block->address;
+  return address;
 }
 
 Result<EventId> TesseraAllocatorImpl::record_event_on(StreamId stream) {

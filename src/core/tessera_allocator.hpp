@@ -17,6 +17,7 @@
 #include "core/arena.hpp"
 #include "core/page_pool.hpp"
 #include "core/history_recorder.hpp"
+#include "core/spin_mutex.hpp"
 #include "core/stats_observer.hpp"
 #include "tessera/allocator.hpp"
 
@@ -46,10 +47,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   AllocationHistory history() const override;
 
  private:
-  struct LiveEntry {
-    Arena* arena = nullptr;
-    Block* block = nullptr;
-  };
 
   // arena null: a shared block, taken apart once the events completed.
   struct Pending {
@@ -160,13 +157,14 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
                                           std::unordered_map<std::uint64_t, std::size_t>& mapped_of_chunk) const;
   Error out_of_memory(Bytes requested, std::string_view why);
 
-  mutable std::mutex mutex_;
+  mutable SpinMutex mutex_;
   Driver& driver_;
   AllocatorConfig config_;
   Bytes granule_;
   std::uint32_t page_max_granules_;
   std::uint32_t chunk_max_granules_;  // page_max_granules_ where the driver cannot map part of a chunk
   Bytes limit_;
+  bool share_slivers_;  // the option, where the driver can map a granule at two addresses
   Bytes held_ = 0;  // pages created and not released: mapped plus pooled
   std::uint64_t clock_ = 0;
   ReclaimList reclaim_list_;  // before arenas_: the arenas unlink their blocks as they go
@@ -174,7 +172,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   std::map<std::pair<std::uintptr_t, MemoryPool>, Arena*> arena_by_key_;  // every bit of the stream counts
   std::pair<std::uintptr_t, MemoryPool> last_arena_key_{};
   Arena* last_arena_ = nullptr;
-  AddressTable<LiveEntry> live_;
+  AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
   std::unordered_map<const Block*, std::vector<StreamId>> extra_streams_;
   std::vector<Pending> pending_;
   std::vector<std::unique_ptr<SharedBlock>> shared_;

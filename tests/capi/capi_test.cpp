@@ -260,7 +260,8 @@ TEST(CApiHost, StatsJsonHasPyTorchsKeysAndAgreesWithTheStruct) {
           "allocation.all.freed", "allocation.small_pool.allocated", "allocation.large_pool.allocated",
           "num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
           "tessera.driver", "tessera.capacity", "tessera.mapped_bytes", "tessera.pooled_bytes",
-          "tessera.cached_bytes", "tessera.stitches", "tessera.pages_mapped", "tessera.syncs"}) {
+          "tessera.cached_bytes", "tessera.stitches", "tessera.pages_mapped", "tessera.syncs",
+          "tessera.shared_blocks", "tessera.slivers_shared", "tessera.sliver_mapped_bytes"}) {
       EXPECT_TRUE(json.contains(key)) << key << " missing from " << json.dump(2);
     }
     const tessera_memory_stats stats = stats_of(0);

@@ -9,6 +9,23 @@
 namespace tessera::core {
 namespace {
 
+// The key that marks an empty slot is never found, even while empty slots are everywhere.
+TEST(AddressTable, TheEmptyMarkerIsNeverAKey) {
+  AddressTable<std::uint64_t> table;
+  table.insert(Address{1} << 40, 1);
+  const Address marker = ~Address{0};
+  EXPECT_EQ(table.find(marker), nullptr);
+  EXPECT_EQ(table.slot_of(marker), table.npos);
+  EXPECT_FALSE(table.erase(marker));
+  EXPECT_EQ(table.size(), 1u);
+  ASSERT_NE(table.find(Address{1} << 40), nullptr);
+  const std::size_t slot = table.slot_of(Address{1} << 40);
+  EXPECT_EQ(table.value_at(slot), 1u);
+  table.erase_slot(slot);
+  EXPECT_EQ(table.find(Address{1} << 40), nullptr);
+  EXPECT_EQ(table.size(), 0u);
+}
+
 TEST(AddressTable, AgreesWithAStandardMapThroughRandomInsertsAndErases) {
   AddressTable<std::uint64_t> table;
   std::unordered_map<Address, std::uint64_t> reference;
