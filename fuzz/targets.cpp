@@ -770,12 +770,22 @@ class OpsRun {
   void verify_snapshot(const TesseraStats& stats) {
     const AllocatorSnapshot snapshot = allocator_->snapshot();
     std::vector<const SnapshotBlock*> allocated;
+    std::vector<Address> lent_to;  // a lent sliver is shown allocated, for the shared block that holds it
+    std::set<Address> in_use;
     Bytes segments_mapped = 0;
     for (const SnapshotSegment& segment : snapshot.segments) {
       segments_mapped += segment.mapped_size;
       for (const SnapshotBlock& block : segment.blocks) {
+        if (block.lent_to != 0) {
+          lent_to.push_back(block.lent_to);
+          continue;
+        }
+        if (block.state != SnapshotBlock::State::inactive) in_use.insert(block.address);
         if (block.state == SnapshotBlock::State::active_allocated) allocated.push_back(&block);
       }
+    }
+    for (Address holder : lent_to) {
+      if (!in_use.contains(holder)) fail(fmt::format("a sliver is lent to {:#x}, which is not in use", holder));
     }
     if (snapshot.pooled_bytes != stats.pooled_bytes) fail("the snapshot's pooled bytes disagree");
     if (segments_mapped != stats.mapped_bytes) fail("the snapshot's mapped bytes disagree");
