@@ -366,6 +366,41 @@ TEST_P(DriverConformance, PartsOfOnePageMapOnTheirOwnWhereTheCapabilitySaysSo) {
   TESSERA_OK(driver_->release_reservation(spare));
 }
 
+// What the allocator's sliver sharing relies on: one granule of a page that is mapped whole at one address,
+// mapped again on its own at another; both addresses show the same bytes, and the second mapping goes
+// without disturbing the first.
+TEST_P(DriverConformance, AGranuleOfAMappedPageMapsAgainElsewhereWhereTheCapabilitiesSaySo) {
+  const DriverCapabilities& can = driver_->capabilities();
+  if (!can.partial_map || !can.page_multi_mapping) GTEST_SKIP() << "this driver does not share granules";
+  const Address whole = TESSERA_OK(driver_->reserve(2 * granule_));
+  const Address again = TESSERA_OK(driver_->reserve(granule_));
+  const PageId page = TESSERA_OK(driver_->create_page(2 * granule_));
+  map_accessible(whole, page, 2 * granule_);
+  TESSERA_OK(driver_->map_part(again, page, granule_, granule_));
+  TESSERA_OK(driver_->set_access(again, granule_));
+  EXPECT_EQ(driver_->census().mappings, start_.mappings + 2);
+  if (can.data_access) {
+    const auto bytes = pattern(granule_ / 2, 5);
+    // The second half of the granule through the second address; read back through the first.
+    TESSERA_OK(driver_->write(again + granule_ / 2, bytes.data(), bytes.size()));
+    std::vector<unsigned char> back(bytes.size());
+    TESSERA_OK(driver_->read(whole + granule_ + granule_ / 2, back.data(), back.size()));
+    EXPECT_TRUE(back == bytes) << "the two addresses must show the same granule";
+  }
+  TESSERA_OK(driver_->unmap(again));
+  if (can.data_access) {
+    const auto bytes = pattern(granule_, 6);
+    TESSERA_OK(driver_->write(whole + granule_, bytes.data(), bytes.size()));
+    std::vector<unsigned char> back(bytes.size());
+    TESSERA_OK(driver_->read(whole + granule_, back.data(), back.size()));
+    EXPECT_TRUE(back == bytes) << "the first mapping must stay usable after the second goes";
+  }
+  TESSERA_OK(driver_->unmap(whole));
+  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_reservation(whole));
+  TESSERA_OK(driver_->release_reservation(again));
+}
+
 INSTANTIATE_TEST_SUITE_P(Drivers, DriverConformance, ::testing::ValuesIn(available_drivers()),
                          [](const ::testing::TestParamInfo<DriverFactory>& param) { return param.param.name; });
 
