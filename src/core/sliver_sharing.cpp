@@ -136,9 +136,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   const std::size_t first_middle = plan.head != nullptr ? 1 : 0;
   const std::size_t slots = first_middle + plan.middle + (plan.tail != nullptr ? 1 : 0);
   const Bytes span = slots * granule_;
-  auto base = driver_.reserve(span);
-  if (!base) return std::move(base).error();
-
+  // The pages first, then the range: a failure leaves only pooled pages behind, nothing to release.
   gaps_.clear();
   assignments_.clear();
   reclaimed_.clear();
@@ -148,9 +146,13 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   if (gap_granules() > 0) created = create_for_gaps(SlotRange{first_middle, plan.middle}, 0);
   if (!created.ok() || gap_granules() > 0) {
     return_assignments_to_pool();
-    (void)driver_.release_reservation(*base);  // a range never mapped: a failure here only leaks address space
     if (!created.ok()) return std::move(created).error();
     return make_error(Errc::out_of_memory, "the pages between the slivers could not be created");
+  }
+  auto base = driver_.reserve(span);
+  if (!base) {
+    return_assignments_to_pool();
+    return std::move(base).error();
   }
 
   auto shared = std::make_unique<SharedBlock>();
