@@ -49,6 +49,29 @@ void Arena::add_region(Address base, Bytes span) {
 
 Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {
   assert(!free_block->live && !free_block->pending && free_block->size >= size);
+  if (free_block->next == nullptr && free_block->size > size) {
+    // From the region's top, a new block in front of it: the top keeps its object, its place in the reclaim
+    // list and its place as the region's tail, so that a block carved and merged back costs no list update.
+    Block* carved = new_block();
+    carved->address = free_block->address;
+    carved->size = size;
+    carved->arena = this;
+    carved->region = free_block->region;
+    carved->freed_at = free_block->freed_at;
+    carved->previous = free_block->previous;
+    carved->next = free_block;
+    if (carved->previous != nullptr) {
+      carved->previous->next = carved;
+    } else {
+      regions_[carved->region].first_block = carved;
+    }
+    free_block->previous = carved;
+    free_block->address += size;
+    free_block->size -= size;
+    carved->live = true;
+    carved->requested = requested;
+    return carved;
+  }
   index_erase(free_block);
   if (free_block->size > size) {
     Block* rest = new_block();
@@ -120,6 +143,22 @@ Block* Arena::give_back(Block* block, std::uint64_t clock) {
     if (before->next == nullptr) regions_[before->region].last_block = before;
     recycle(block);
     block = before;
+  }
+  if (Block* after = block->next; after != nullptr && after->next == nullptr && after->is_free() &&
+                                   block->previous != nullptr && !block->previous->is_free() &&
+                                   !block->reclaim_hook.is_linked()) {
+    // Into the region's top, which keeps its object (see take()); it becomes the newest freed.
+    after->address = block->address;
+    after->size += block->size;
+    after->previous = block->previous;
+    block->previous->next = after;
+    after->freed_at = std::max(after->freed_at, clock);
+    spare_.push_back(block);
+    if (!after->reclaim_hook.is_linked() || &reclaim_list_.back() != after) {  // a loop frees the same top
+      if (after->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*after));
+      reclaim_list_.push_back(*after);
+    }
+    return after;
   }
   if (Block* after = block->next; after != nullptr && !after->live && !after->pending) {
     index_erase(after);
