@@ -156,7 +156,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   }
 
   auto shared = std::make_unique<SharedBlock>();
-  shared->pool = rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
+  shared->pool = pool_for(rounded);
   shared->stream = stream;
   shared->base = *base;
   shared->span = span;

@@ -117,22 +117,22 @@ Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
   // Slivers go before the pages of idle cached blocks: those stay usable later, a sliver beside a live block
   // does not.
   const bool share = share_slivers_;
-  auto over_slivers = [&]() -> std::optional<Result<Address>> {
+  auto over_slivers = [&](std::size_t max_middle) -> std::optional<Result<Address>> {
     if (!share) return std::nullopt;
-    auto shared = place_over_slivers(rounded, size, stream, std::numeric_limits<std::size_t>::max());
+    auto shared = place_over_slivers(rounded, size, stream, max_middle);
     if (shared || shared.error().code != Errc::out_of_memory) return shared;
     return std::nullopt;
   };
+  constexpr std::size_t any_middle = std::numeric_limits<std::size_t>::max();
   // At the limit, where pages are scarce, slivers go first when they leave more pages for what follows.
   if (share && held_ + granule_ > limit_) {
     if (const std::size_t contiguous = pages_to_place(rounded, stream); contiguous > 0) {
-      auto shared = place_over_slivers(rounded, size, stream, contiguous - 1);
-      if (shared || shared.error().code != Errc::out_of_memory) return shared;
+      if (auto shared = over_slivers(contiguous - 1)) return std::move(*shared);
     }
   }
   auto placed = place(rounded, size, stream, !share);
   if (placed || placed.error().code != Errc::out_of_memory) return placed;
-  if (auto shared = over_slivers()) return std::move(*shared);
+  if (auto shared = over_slivers(any_middle)) return std::move(*shared);
   if (share) {
     placed = place(rounded, size, stream, true);
     if (placed || placed.error().code != Errc::out_of_memory) return placed;
@@ -141,7 +141,7 @@ Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
   if (auto done = process_pending(true); !done) return std::move(done).error();
   placed = place(rounded, size, stream, true);
   if (placed || placed.error().code != Errc::out_of_memory) return placed;
-  if (auto shared = over_slivers()) return std::move(*shared);
+  if (auto shared = over_slivers(any_middle)) return std::move(*shared);
   return out_of_memory(size, placed.error().message);
 }
 
@@ -259,7 +259,7 @@ Bytes TesseraAllocatorImpl::region_span(Bytes at_least) const {
 
 // The granules a contiguous placement would still need pages for: its best fit's slots without one.
 std::size_t TesseraAllocatorImpl::pages_to_place(Bytes rounded, StreamId stream) {
-  const MemoryPool pool = rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
+  const MemoryPool pool = pool_for(rounded);
   Arena* arena = arena_for(stream, pool);
   const Block* free_block = arena->best_fit(rounded);
   if (free_block == nullptr) return (rounded + granule_ - 1) / granule_;
@@ -272,7 +272,7 @@ std::size_t TesseraAllocatorImpl::pages_to_place(Bytes rounded, StreamId stream)
 }
 
 Result<Address> TesseraAllocatorImpl::place(Bytes rounded, Bytes requested, StreamId stream, bool take_idle) {
-  const MemoryPool pool = rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
+  const MemoryPool pool = pool_for(rounded);
   Arena* arena = arena_for(stream, pool);
   Block* free_block = arena->best_fit(rounded);
   if (free_block == nullptr) {

@@ -121,6 +121,9 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   // take_idle: whether the block may take the pages of idle cached blocks when none can be created.
   Result<Address> place(Bytes rounded, Bytes requested, StreamId stream, bool take_idle);
   std::size_t pages_to_place(Bytes rounded, StreamId stream);
+  MemoryPool pool_for(Bytes rounded) const noexcept {
+    return rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
+  }
   Result<EventId> record_event_on(StreamId stream);
   void destroy_or_defer(EventId event);
   bool device_proven_idle();
