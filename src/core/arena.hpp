@@ -120,6 +120,15 @@ class Arena {
     return nullptr;
   }
 
+  // Whether the first `size` bytes of a free block have a page under every slot: carving them needs no
+  // driver call. The allocator's fast-path test.
+  bool is_cached(const Block& free_block, Bytes size) const noexcept {
+    const Region& region = regions_[free_block.region];
+    const std::size_t first = (free_block.address - region.base) >> granule_shift_;
+    const std::size_t last = (free_block.address + size - 1 - region.base) >> granule_shift_;
+    return region.all_mapped({first, last - first + 1});
+  }
+
   // Carves `size` bytes from the low end of a free block; the rest stays free. The block returned is live.
   Block* take(Block* free_block, Bytes size, Bytes requested);
   // Carves [at, at + size) from inside a free block as a lent block; what lies before and after stays free.

@@ -111,8 +111,17 @@ Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
   std::lock_guard lock(mutex_);
   if (size > limit_) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
-  if (!pending_.empty() || !stale_events_.empty()) {
-    if (auto done = process_pending(false); !done) return std::move(done).error();
+  if (pending_.empty() && stale_events_.empty()) {
+    // The fast path: the best fit is cached memory, a page under each of its slots. The ladder below would
+    // take the same block (slivers are tried first only when the contiguous placement lacks pages), through
+    // more branches.
+    const MemoryPool pool = pool_for(rounded);
+    Arena* arena = arena_for(stream, pool);
+    if (Block* free_block = arena->best_fit(rounded); free_block != nullptr && arena->is_cached(*free_block, rounded)) {
+      return hand_out(arena->take(free_block, rounded, size), stream, pool);
+    }
+  } else if (auto done = process_pending(false); !done) {
+    return std::move(done).error();
   }
   // Slivers go before the pages of idle cached blocks: those stay usable later, a sliver beside a live block
   // does not.
@@ -287,10 +296,13 @@ Result<Address> TesseraAllocatorImpl::place(Bytes rounded, Bytes requested, Stre
     arena->give_back(block, block->freed_at);
     return std::move(backed).error();
   }
+  return hand_out(block, stream, pool);
+}
+
+Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool pool) {
   const Address address = block->address;
   live_.insert(address, block);
-  // From what is in registers: reading back the fields take() just stored would stall on store forwarding.
-  const BlockEvent event{address, rounded, requested, stream, pool};
+  const BlockEvent event{address, block->size, block->requested, stream, pool};
   notify([&](AllocatorObserver& observer) { observer.block_allocated(event); });
   return address;
 }

@@ -120,6 +120,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   Bytes region_span(Bytes at_least) const;
   // take_idle: whether the block may take the pages of idle cached blocks when none can be created.
   Result<Address> place(Bytes rounded, Bytes requested, StreamId stream, bool take_idle);
+  // Records a block just taken as live and tells the observers: the end of every allocation.
+  Address hand_out(Block* block, StreamId stream, MemoryPool pool);
   std::size_t pages_to_place(Bytes rounded, StreamId stream);
   MemoryPool pool_for(Bytes rounded) const noexcept {
     return rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
