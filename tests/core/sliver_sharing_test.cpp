@@ -140,6 +140,20 @@ TEST_F(SliverSharingTest, ARequestNoContiguousPlacementFitsIsBuiltOverTwoSlivers
   expect_all_intact();
 }
 
+// At the limit a request whose best fit is cached memory takes it where it is (the allocator's fast path):
+// no shared block, no driver call.
+TEST_F(SliverSharingTest, AtTheLimitACachedFitIsTakenInPlace) {
+  make(5);
+  build_slivers();
+  const std::uint64_t calls = driver_->tally().total_calls();
+  const Address block = must(allocator_->allocate(half, default_stream));
+  EXPECT_EQ(driver_->tally().total_calls(), calls);
+  EXPECT_EQ(block, head_) << "the smallest free block that holds it, the lowest address first";
+  EXPECT_EQ(allocator_->tessera_stats().shared_blocks, 0u);
+  must(allocator_->deallocate(block));
+  expect_all_intact();
+}
+
 TEST_F(SliverSharingTest, OffTheSameRequestFailsWithNothingChanged) {
   make(7, "share_slivers:off");
   build_slivers();
