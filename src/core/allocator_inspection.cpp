@@ -16,7 +16,7 @@ Bytes idle_mapped_bytes(const Arena& arena, Bytes granule) {
   Bytes idle = 0;
   arena.visit_free([&](const Block* block) {
     const Region& region = arena.region_of(*block);
-    const SlotRange inner = arena.inner_slots(*block).below(region.table_size());
+    const SlotRange inner = region.within_table(arena.inner_slots(*block));
     for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
       if (region.is_mapped(slot)) idle += granule;
     }
@@ -70,7 +70,7 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
         using State = SnapshotBlock::State;
         const State state = block->live ? State::active_allocated : block->pending ? State::active_pending_free : State::inactive;
         Bytes mapped = 0;
-        const SlotRange touched = arena->touched_slots(*block).below(region.table_size());
+        const SlotRange touched = region.within_table(arena->touched_slots(*block));
         for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
           if (!region.is_mapped(slot)) continue;
           const Address start = std::max(block->address, region.slot_address(slot, granule_));
@@ -125,7 +125,7 @@ namespace {
 std::optional<std::string> check_page_table(const Region& region, std::size_t& mapped_slots,
                                             std::unordered_map<std::uint64_t, std::size_t>& mapped_of_chunk) {
   std::size_t counted = 0;
-  for (std::size_t slot = 0; slot < region.table_size();) {
+  for (std::size_t slot = region.table_begin(); slot < region.table_end();) {
     const std::uint32_t size = region.page_at(slot);
     if (size == 0) {
       if (region.is_mapped(slot) || region.is_accessible(slot)) {
@@ -135,13 +135,13 @@ std::optional<std::string> check_page_table(const Region& region, std::size_t& m
       continue;
     }
     for (std::size_t inside = slot; inside < slot + size; ++inside) {
-      if (inside >= region.table_size() || region.pages[inside] != region.pages[slot] ||
+      if (inside >= region.table_end() || region.page_id(inside) != region.page_id(slot) ||
           (inside > slot && region.page_at(inside) != 0)) {
         return fmt::format("region {:#x}: the page at slot {} is broken at slot {}", region.base, slot, inside);
       }
     }
     counted += size;
-    mapped_of_chunk[static_cast<std::uint64_t>(region.pages[slot])] += size;
+    mapped_of_chunk[static_cast<std::uint64_t>(region.page_id(slot))] += size;
     slot += size;
   }
   if (counted != region.mapped) {
@@ -153,7 +153,7 @@ std::optional<std::string> check_page_table(const Region& region, std::size_t& m
 
 bool holds_whole_page(const Arena& arena, const Block& block) {
   const Region& region = arena.region_of(block);
-  const SlotRange inner = arena.inner_slots(block).below(region.table_size());
+  const SlotRange inner = region.within_table(arena.inner_slots(block));
   for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
     const std::uint32_t size = region.page_at(slot);
     if (size > 0 && slot + size <= inner.end()) return true;
@@ -180,7 +180,7 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
         if (block->address != expected) return fmt::format("region {:#x}: gap or overlap at {:#x}", region.base, expected);
         if (block->previous != previous) return fmt::format("block {:#x}: broken back link", block->address);
         const bool is_free = block->is_free();
-        if ((is_free && block->next != nullptr) != Arena::indexed(block)) {
+        if ((is_free && !arena->is_frontier(block)) != Arena::indexed(block)) {
           return fmt::format("block {:#x}: free index disagrees", block->address);
         }
         if (is_free && !block->reclaim_hook.is_linked() && holds_whole_page(*arena, *block)) {
@@ -286,8 +286,8 @@ std::optional<std::string> TesseraAllocatorImpl::check_shared(
       const std::size_t slot = (home.address - region.base) / granule_;
       std::size_t head = slot;
       while (head > 0 && region.page_at(head) == 0) --head;
-      if (!region.is_accessible(slot) || region.pages[head] != mapping.page.id ||
-          region.page_offsets[head] + (slot - head) != mapping.page.offset ||
+      if (!region.is_accessible(slot) || region.page_id(head) != mapping.page.id ||
+          region.page_offset(head) + (slot - head) != mapping.page.offset ||
           (home.end() - 1 - region.base) / granule_ != slot) {
         return fmt::format("shared block {:#x}: its sliver {:#x} is not on the granule it maps", block.address, home.address);
       }

@@ -20,7 +20,7 @@ void Arena::recycle(Block* block) {
 }
 
 void Arena::index_insert(Block* block) {
-  if (block->next != nullptr) free_.insert(block);
+  if (!is_frontier(block)) free_.insert(block);
 }
 
 void Arena::index_erase(Block* block) {
@@ -47,9 +47,43 @@ void Arena::add_region(Address base, Bytes span) {
   regions_.push_back(std::move(region));
 }
 
+Address Arena::carve_address(const Block& free_block, Bytes size) const noexcept {
+  return grows_down_ ? free_block.end() - size : free_block.address;
+}
+
 Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {
+  if (!grows_down_ || free_block->size == size) return take_low(free_block, size, requested);
+  if (free_block->previous == nullptr) return take_below_frontier(free_block, size, requested);
+  return take_at(free_block, free_block->end() - size, size, requested);
+}
+
+Block* Arena::take_below_frontier(Block* frontier, Bytes size, Bytes requested) {
+  assert(frontier->is_free() && frontier->previous == nullptr && frontier->size > size);
+  // The mirror of carving from the top (take_low): a new block behind the frontier, which keeps its object,
+  // its place in the reclaim list and its place as the region's first block.
+  Block* carved = new_block();
+  carved->address = frontier->end() - size;
+  carved->size = size;
+  carved->arena = this;
+  carved->region = frontier->region;
+  carved->freed_at = frontier->freed_at;
+  carved->previous = frontier;
+  carved->next = frontier->next;
+  if (carved->next != nullptr) {
+    carved->next->previous = carved;
+  } else {
+    regions_[carved->region].last_block = carved;
+  }
+  frontier->next = carved;
+  frontier->size -= size;
+  carved->live = true;
+  carved->requested = requested;
+  return carved;
+}
+
+Block* Arena::take_low(Block* free_block, Bytes size, Bytes requested) {
   assert(!free_block->live && !free_block->pending && free_block->size >= size);
-  if (free_block->next == nullptr && free_block->size > size) {
+  if (!grows_down_ && free_block->next == nullptr && free_block->size > size) {
     // From the region's top, a new block in front of it: the top keeps its object, its place in the reclaim
     // list and its place as the region's tail, so that a block carved and merged back costs no list update.
     Block* carved = new_block();
@@ -98,9 +132,15 @@ Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {
 }
 
 Block* Arena::lend(Block* free_block, Address at, Bytes size) {
+  Block* lent = take_at(free_block, at, size, 0);
+  lent->lent = true;
+  return lent;
+}
+
+Block* Arena::take_at(Block* free_block, Address at, Bytes size, Bytes requested) {
   assert(free_block->is_free() && at >= free_block->address && at + size <= free_block->end());
   if (at > free_block->address) {
-    // The front stays free where it is; the lent bytes are carved from the low end of the rest.
+    // The front stays free where it is; the block is carved from the low end of the rest.
     index_erase(free_block);
     Block* rest = new_block();
     rest->address = at;
@@ -118,9 +158,7 @@ Block* Arena::lend(Block* free_block, Address at, Bytes size) {
     index_insert(free_block);
     free_block = rest;
   }
-  Block* lent = take(free_block, size, 0);
-  lent->lent = true;
-  return lent;
+  return take_low(free_block, size, requested);
 }
 
 void Arena::mark_pending(Block* block) {
@@ -134,6 +172,22 @@ Block* Arena::give_back(Block* block, std::uint64_t clock) {
   block->lent = false;
   block->requested = 0;
   block->freed_at = clock;
+  if (Block* before = block->previous; grows_down_ && before != nullptr && before->previous == nullptr &&
+                                       before->is_free() && block->next != nullptr && !block->next->is_free() &&
+                                       !block->reclaim_hook.is_linked()) {
+    // Into the region's frontier below, which keeps its object (see take_below_frontier()); it becomes the
+    // newest freed.
+    before->size += block->size;
+    before->next = block->next;
+    block->next->previous = before;
+    before->freed_at = std::max(before->freed_at, clock);
+    spare_.push_back(block);
+    if (!before->reclaim_hook.is_linked() || &reclaim_list_.back() != before) {  // a loop frees the same block
+      if (before->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*before));
+      reclaim_list_.push_back(*before);
+    }
+    return before;
+  }
   if (Block* before = block->previous; before != nullptr && !before->live && !before->pending) {
     index_erase(before);
     before->size += block->size;
@@ -144,7 +198,7 @@ Block* Arena::give_back(Block* block, std::uint64_t clock) {
     recycle(block);
     block = before;
   }
-  if (Block* after = block->next; after != nullptr && after->next == nullptr && after->is_free() &&
+  if (Block* after = block->next; !grows_down_ && after != nullptr && after->next == nullptr && after->is_free() &&
                                    block->previous != nullptr && !block->previous->is_free() &&
                                    !block->reclaim_hook.is_linked()) {
     // Into the region's top, which keeps its object (see take()); it becomes the newest freed.
@@ -190,40 +244,65 @@ SlotRange Arena::inner_slots(const Block& block) const {
   return end > first ? SlotRange{first, end - first} : SlotRange{};
 }
 
+void Region::cover(std::size_t first, std::size_t end) {
+  if (pages.empty()) {
+    table_low = first / 64 * 64;
+    const std::size_t size = (end - table_low + 63) / 64 * 64;
+    pages.assign(size, PageId{0});
+    page_granules.assign(size, 0);
+    page_offsets.assign(size, 0);
+    mapped_bits.assign(size / 64, 0);
+    return;
+  }
+  if (first < table_low) {
+    const std::size_t reach = std::min(table_low, std::max(table_low - first, pages.size()));
+    const std::size_t low = (table_low - reach) / 64 * 64;
+    const std::size_t added = table_low - low;
+    pages.insert(pages.begin(), added, PageId{0});
+    page_granules.insert(page_granules.begin(), added, 0);
+    page_offsets.insert(page_offsets.begin(), added, 0);
+    mapped_bits.insert(mapped_bits.begin(), added / 64, 0);
+    table_low = low;
+  }
+  if (end > table_end()) {
+    const std::size_t size = (std::max(end - table_low, pages.size() * 2) + 63) / 64 * 64;
+    pages.resize(size, PageId{0});
+    page_granules.resize(size, 0);
+    page_offsets.resize(size, 0);
+    mapped_bits.resize(size / 64, 0);
+  }
+}
+
 void Arena::set_page(Region& region, std::size_t head, Page page) {
-  const std::size_t end = head + page.granules;
-  if (end > region.pages.size()) {
-    const std::size_t size = std::max(end, region.pages.size() * 2);
-    region.pages.resize(size, PageId{0});
-    region.page_granules.resize(size, 0);
-    region.page_offsets.resize(size, 0);
-    region.mapped_bits.resize((size + 63) / 64, 0);
+  region.cover(head, head + page.granules);
+  const std::size_t first = head - region.table_low;
+  for (std::size_t index = first; index < first + page.granules; ++index) {
+    assert(region.pages[index] == PageId{0});
+    region.pages[index] = page.id;
+    region.mapped_bits[index / 64] |= std::uint64_t{1} << (index % 64);
   }
-  for (std::size_t slot = head; slot < end; ++slot) {
-    assert(!region.is_mapped(slot));
-    region.pages[slot] = page.id;
-    region.mapped_bits[slot / 64] |= std::uint64_t{1} << (slot % 64);
-  }
-  region.page_granules[head] = page.granules;
-  region.page_offsets[head] = page.offset;
+  region.page_granules[first] = page.granules;
+  region.page_offsets[first] = page.offset;
   region.mapped += page.granules;
 }
 
 void Arena::set_accessible(Region& region, std::size_t head, bool accessible) {
-  for (std::size_t slot = head; slot < head + region.page_granules[head]; ++slot) {
-    const std::uint64_t bit = std::uint64_t{1} << (slot % 64);
-    region.mapped_bits[slot / 64] = accessible ? region.mapped_bits[slot / 64] | bit : region.mapped_bits[slot / 64] & ~bit;
+  const std::size_t first = head - region.table_low;
+  for (std::size_t index = first; index < first + region.page_granules[first]; ++index) {
+    const std::uint64_t bit = std::uint64_t{1} << (index % 64);
+    region.mapped_bits[index / 64] = accessible ? region.mapped_bits[index / 64] | bit : region.mapped_bits[index / 64] & ~bit;
   }
 }
 
 Page Arena::clear_page(Region& region, std::size_t head) {
-  const Page page{region.pages[head], region.page_granules[head], region.page_offsets[head]};
+  const std::size_t first = head - region.table_low;
+  const Page page{region.pages[first], region.page_granules[first], region.page_offsets[first]};
   assert(page.granules > 0);
-  for (std::size_t slot = head; slot < head + page.granules; ++slot) {
-    region.pages[slot] = PageId{0};
-    region.mapped_bits[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
+  for (std::size_t index = first; index < first + page.granules; ++index) {
+    region.pages[index] = PageId{0};
+    region.mapped_bits[index / 64] &= ~(std::uint64_t{1} << (index % 64));
   }
-  region.page_granules[head] = 0;
+  region.page_granules[first] = 0;
   region.mapped -= page.granules;
   return page;
 }

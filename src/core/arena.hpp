@@ -25,18 +25,23 @@ struct SlotRange {
   std::size_t count = 0;  // 0: empty
 
   std::size_t end() const noexcept { return first + count; }
-  // The part below `limit`: slots past a region's page table are never mapped.
-  SlotRange below(std::size_t limit) const noexcept {
-    return first >= limit ? SlotRange{} : SlotRange{first, std::min(count, limit - first)};
+  // The part inside [low, high): slots outside a region's page table are never mapped.
+  SlotRange within(std::size_t low, std::size_t high) const noexcept {
+    const std::size_t from = std::max(first, low);
+    const std::size_t to = std::min(end(), high);
+    return to > from ? SlotRange{from, to - from} : SlotRange{};
   }
 };
 
 struct Region {
   Address base = 0;
   Bytes span = 0;
-  // One entry per granule slot up to the highest slot ever mapped (regions are sized for the whole device
-  // and mostly untouched); PageId{0} where nothing is mapped. A page of k granules fills k slots; its
-  // first slot (the head) records k in page_granules, the others 0.
+  // The page table: one entry per granule slot of [table_low, table_low + pages.size()), the window from
+  // the lowest to the highest slot ever mapped (regions are sized for the whole device and mostly
+  // untouched, at their low end where the arena grows up, at their high end where it grows down);
+  // PageId{0} where nothing is mapped. A page of k granules fills k slots; its first slot (the head)
+  // records k in page_granules, the others 0. Indexed through the accessors below, by slot.
+  std::size_t table_low = 0;  // a multiple of 64, so that a slot's bit keeps its place in its word
   std::vector<PageId> pages;  // the chunk whose part is mapped at each slot
   std::vector<std::uint32_t> page_granules;
   std::vector<std::uint32_t> page_offsets;  // at a head: where in its chunk the page starts, in granules
@@ -46,44 +51,59 @@ struct Region {
   std::vector<std::uint64_t> mapped_bits;
   std::size_t mapped = 0;
   Block* first_block = nullptr;
-  Block* last_block = nullptr;  // when free: the region's untouched tail, kept out of the free index
+  Block* last_block = nullptr;
 
-  bool is_mapped(std::size_t slot) const noexcept { return slot < pages.size() && pages[slot] != PageId{0}; }
+  std::size_t table_begin() const noexcept { return table_low; }
+  std::size_t table_end() const noexcept { return table_low + pages.size(); }
+  bool in_table(std::size_t slot) const noexcept { return slot >= table_low && slot < table_end(); }
+  SlotRange within_table(SlotRange range) const noexcept { return range.within(table_begin(), table_end()); }
+
+  bool is_mapped(std::size_t slot) const noexcept { return in_table(slot) && pages[slot - table_low] != PageId{0}; }
   bool is_accessible(std::size_t slot) const noexcept {
-    return slot < pages.size() && (mapped_bits[slot / 64] >> (slot % 64) & 1u) != 0;
+    if (!in_table(slot)) return false;
+    const std::size_t index = slot - table_low;
+    return (mapped_bits[index / 64] >> (index % 64) & 1u) != 0;
   }
   // The page size in granules if a page starts at `slot`, else 0.
-  std::uint32_t page_at(std::size_t slot) const noexcept { return slot < pages.size() ? page_granules[slot] : 0; }
-  std::size_t table_size() const noexcept { return pages.size(); }
+  std::uint32_t page_at(std::size_t slot) const noexcept { return in_table(slot) ? page_granules[slot - table_low] : 0; }
+  // The chunk mapped at `slot` (PageId{0}: none), and, at a page's head, where in the chunk the page starts.
+  PageId page_id(std::size_t slot) const noexcept { return in_table(slot) ? pages[slot - table_low] : PageId{0}; }
+  std::uint32_t page_offset(std::size_t slot) const noexcept { return in_table(slot) ? page_offsets[slot - table_low] : 0; }
 
   // Whether every slot of the range has a page: the allocator's fast-path test.
   bool all_mapped(SlotRange range) const noexcept {
-    if (range.end() > pages.size()) return false;
-    std::size_t slot = range.first;
-    const std::size_t end = range.end();
-    while (slot < end) {
-      const std::size_t word = slot / 64;
-      const std::size_t bit = slot % 64;
-      const std::size_t width = std::min<std::size_t>(64 - bit, end - slot);
+    if (range.first < table_low || range.end() > table_end()) return false;
+    std::size_t index = range.first - table_low;
+    const std::size_t end = range.end() - table_low;
+    while (index < end) {
+      const std::size_t word = index / 64;
+      const std::size_t bit = index % 64;
+      const std::size_t width = std::min<std::size_t>(64 - bit, end - index);
       const std::uint64_t mask = (width == 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << width) - 1)) << bit;
       if ((mapped_bits[word] & mask) != mask) return false;
-      slot += width;
+      index += width;
     }
     return true;
   }
   Address slot_address(std::size_t slot, Bytes granule) const noexcept { return base + slot * granule; }
+
+  // Widens the window to hold [first, end) (doubling, so that growing either way is amortized O(1)).
+  void cover(std::size_t first, std::size_t end);
 };
 
 class Arena {
  public:
   // `reclaim_list` is shared by every arena of one allocator: free blocks that may hold idle pages, in the
   // order they were freed. The arena keeps it current as blocks are carved and merged.
-  Arena(StreamId stream, MemoryPool pool, Bytes granule, ReclaimList& reclaim_list)
+  // `grows_down`: blocks are carved from the high end of free blocks (see grows_down_).
+  Arena(StreamId stream, MemoryPool pool, Bytes granule, bool grows_down, ReclaimList& reclaim_list)
       : stream_(stream),
         pool_(pool),
         granule_(granule),
         granule_shift_(static_cast<unsigned>(__builtin_ctzll(granule))),
-        reclaim_list_(reclaim_list) {}
+        grows_down_(grows_down),
+        reclaim_list_(reclaim_list),
+        free_(grows_down_) {}
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -95,42 +115,65 @@ class Arena {
   Region& region(std::uint32_t index) { return regions_[index]; }
   Region& region_of(const Block& block) { return regions_[block.region]; }
   const Region& region_of(const Block& block) const { return regions_[block.region]; }
-  // Every free block: those in the free index, then each region's free tail.
+  // Every free block: those in the free index, then each region's free frontier.
   template <class Visit>
   void visit_free(Visit&& visit) const {
     free_.visit_all(visit);
     for (const Region& region : regions_) {
-      if (region.last_block->is_free()) visit(region.last_block);
+      if (region.first_block->is_free() && !indexed(region.first_block)) visit(region.first_block);
+      if (region.last_block != region.first_block && region.last_block->is_free() && !indexed(region.last_block)) {
+        visit(region.last_block);
+      }
     }
   }
 
-  // A free block in the index: every free block but a region's last. The tail (the "top", as dlmalloc
-  // calls it) stays out so that growing and shrinking at the end of a region costs no index update.
+  // A region's frontier is its untouched end, where it grows: its last block in an arena that grows up (the
+  // "top", as dlmalloc calls it), its first in one that grows down. A free frontier stays out of the free
+  // index, so that growing and shrinking there costs no index update; every other free block is in it.
+  bool is_frontier(const Block* block) const noexcept {
+    return grows_down_ ? (block->previous == nullptr || block->next == nullptr) : block->next == nullptr;
+  }
+  Block* frontier(const Region& region) const noexcept { return grows_down_ ? region.first_block : region.last_block; }
   static bool indexed(const Block* block) { return FreeIndex::contains(block); }
+  bool grows_down() const noexcept { return grows_down_; }
 
   // A newly reserved range becomes one free block.
   void add_region(Address base, Bytes span);
 
-  // The smallest indexed free block that holds `size`; failing that, the first region tail that does.
+  // The smallest free block that holds `size`, the lowest address among equals (the highest where the arena
+  // grows down); a region's frontier, kept out of the index, competes by size too.
   Block* best_fit(Bytes size) const {
-    if (Block* found = free_.best_fit(size)) return found;
+    Block* found = free_.best_fit(size);
+    auto weigh = [&](Block* edge) {
+      if (edge->is_free() && edge->size >= size && (found == nullptr || edge->size < found->size)) found = edge;
+    };
     for (const Region& region : regions_) {
-      if (region.last_block->is_free() && region.last_block->size >= size) return region.last_block;
+      weigh(region.last_block);
+      if (grows_down_) weigh(region.first_block);
     }
-    return nullptr;
+    return found;
   }
 
-  // Whether the first `size` bytes of a free block have a page under every slot: carving them needs no
-  // driver call. The allocator's fast-path test.
+  // Whether the `size` bytes that take() would carve from a free block have a page under every slot:
+  // carving them needs no driver call. The allocator's fast-path test.
   bool is_cached(const Block& free_block, Bytes size) const noexcept {
     const Region& region = regions_[free_block.region];
-    const std::size_t first = (free_block.address - region.base) >> granule_shift_;
-    const std::size_t last = (free_block.address + size - 1 - region.base) >> granule_shift_;
+    const Address at = carve_address(free_block, size);
+    const std::size_t first = (at - region.base) >> granule_shift_;
+    const std::size_t last = (at + size - 1 - region.base) >> granule_shift_;
     return region.all_mapped({first, last - first + 1});
   }
 
-  // Carves `size` bytes from the low end of a free block; the rest stays free. The block returned is live.
+  // Where in a free block a block of `size` bytes is carved.
+  Address carve_address(const Block& free_block, Bytes size) const noexcept;
+  // Carves `size` bytes from a free block at carve_address(); the rest stays free. The block returned is live.
   Block* take(Block* free_block, Bytes size, Bytes requested);
+  // Carves `size` bytes from the low end of a free block.
+  Block* take_low(Block* free_block, Bytes size, Bytes requested);
+  // Carves `size` bytes from the high end of a region's free first block, which stays the frontier.
+  Block* take_below_frontier(Block* frontier, Bytes size, Bytes requested);
+  // Carves [at, at + size) from inside a free block.
+  Block* take_at(Block* free_block, Address at, Bytes size, Bytes requested);
   // Carves [at, at + size) from inside a free block as a lent block; what lies before and after stays free.
   Block* lend(Block* free_block, Address at, Bytes size);
   // Makes a live or pending block free again and merges it with its free neighbours.
@@ -152,13 +195,19 @@ class Arena {
  private:
   Block* new_block();
   void recycle(Block* block);
-  void index_insert(Block* block);  // no-op for a region's last block
+  void index_insert(Block* block);  // no-op for a region's frontier
   void index_erase(Block* block);
 
   StreamId stream_;
   MemoryPool pool_;
   Bytes granule_;  // a power of two (the driver contract): slot arithmetic shifts instead of dividing
   unsigned granule_shift_;
+  // Large arenas are the mirror image of small ones: blocks are carved from the high end of a free block,
+  // the highest address among equal fits, so the region fills from its top down. The frontier of each pool
+  // is then the opposite kind of sliver — a large arena's ends where its lowest live block starts (a tail),
+  // a small arena's starts where its highest live block ends (a head) — and a request built over slivers at
+  // the limit (sliver_sharing.cpp) can take one of each, where two heads could not be combined.
+  bool grows_down_;
   ReclaimList& reclaim_list_;
   std::deque<Block> storage_;  // before free_: the index unlinks its blocks before they are destroyed
   std::vector<Block*> spare_;

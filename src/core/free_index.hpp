@@ -1,5 +1,6 @@
 // Placement (layer 3): the free blocks of one arena, ordered by size then address, so that the best fit
-// — the smallest block that holds the request, the lowest address among equals — is one lookup. Pure
+// — the smallest block that holds the request, the lowest address among equals (the highest, in an index
+// built with highest_first) — is one lookup. Pure
 // host code: it never calls a driver. Intrusive: inserting and erasing allocate nothing.
 #pragma once
 
@@ -11,7 +12,8 @@ namespace tessera::core {
 
 class FreeIndex {
  public:
-  FreeIndex() = default;
+  explicit FreeIndex(bool highest_first = false)
+      : blocks_(BySizeThenAddress{highest_first}), highest_first_(highest_first) {}
   FreeIndex(const FreeIndex&) = delete;
   FreeIndex& operator=(const FreeIndex&) = delete;
   ~FreeIndex() { blocks_.clear(); }
@@ -20,9 +22,9 @@ class FreeIndex {
   void erase(Block* block) { blocks_.erase(blocks_.iterator_to(*block)); }
   static bool contains(const Block* block) { return block->free_hook.is_linked(); }
 
-  // The smallest free block of at least `size` bytes, lowest address first; null when none.
+  // The smallest free block of at least `size` bytes, the lowest (highest) address first; null when none.
   Block* best_fit(Bytes size) const {
-    auto found = blocks_.lower_bound(Key{size, 0}, KeyOrder{});
+    auto found = blocks_.lower_bound(Key{size, highest_first_ ? ~Address{0} : 0}, KeyOrder{highest_first_});
     return found == blocks_.end() ? nullptr : const_cast<Block*>(&*found);
   }
 
@@ -37,16 +39,23 @@ class FreeIndex {
     Address address;
   };
   struct BySizeThenAddress {
+    bool highest_first = false;
     bool operator()(const Block& left, const Block& right) const noexcept {
-      return left.size != right.size ? left.size < right.size : left.address < right.address;
+      if (left.size != right.size) return left.size < right.size;
+      return highest_first ? left.address > right.address : left.address < right.address;
     }
   };
   struct KeyOrder {
+    bool highest_first = false;
+    bool before(Bytes left_size, Address left_address, Bytes right_size, Address right_address) const noexcept {
+      if (left_size != right_size) return left_size < right_size;
+      return highest_first ? left_address > right_address : left_address < right_address;
+    }
     bool operator()(const Block& block, const Key& key) const noexcept {
-      return block.size != key.size ? block.size < key.size : block.address < key.address;
+      return before(block.size, block.address, key.size, key.address);
     }
     bool operator()(const Key& key, const Block& block) const noexcept {
-      return key.size != block.size ? key.size < block.size : key.address < block.address;
+      return before(key.size, key.address, block.size, block.address);
     }
   };
   using Hook = boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>;
@@ -54,6 +63,7 @@ class FreeIndex {
   boost::intrusive::set<Block, Hook, boost::intrusive::compare<BySizeThenAddress>,
                         boost::intrusive::constant_time_size<false>>
       blocks_;
+  bool highest_first_;
 };
 
 }  // namespace tessera::core

@@ -276,7 +276,7 @@ Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules) {
   for (Block& block : reclaim_list_) {
     if (found >= granules) break;
     const Region& region = block.arena->region_of(block);
-    const SlotRange inner = block.arena->inner_slots(block).below(region.table_size());
+    const SlotRange inner = region.within_table(block.arena->inner_slots(block));
     for (std::size_t slot = inner.first; slot < inner.end() && found < granules;) {
       const std::uint32_t size = region.page_at(slot);
       if (size > 0 && slot + size <= inner.end()) {
@@ -335,7 +335,7 @@ Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules) {
 void TesseraAllocatorImpl::drop_exhausted_candidates() {
   for (Block* block : visited_) {
     const Region& region = block->arena->region_of(*block);
-    const SlotRange inner = block->arena->inner_slots(*block).below(region.table_size());
+    const SlotRange inner = region.within_table(block->arena->inner_slots(*block));
     bool any = false;
     for (std::size_t slot = inner.first; slot < inner.end() && !any; ++slot) {
       const std::uint32_t size = region.page_at(slot);

@@ -50,7 +50,7 @@ void TesseraAllocatorImpl::find_slivers(StreamId stream, std::vector<Sliver>& he
         if (!region.is_accessible(slot)) return std::nullopt;
         std::size_t head = slot;
         while (region.page_at(head) == 0) --head;
-        return Page{region.pages[head], 1, region.page_offsets[head] + static_cast<std::uint32_t>(slot - head)};
+        return Page{region.page_id(head), 1, region.page_offset(head) + static_cast<std::uint32_t>(slot - head)};
       };
       Block* free_block = const_cast<Block*>(block);
       if (const Bytes offset = (block->address - region.base) & (granule_ - 1); offset != 0) {

@@ -5,7 +5,8 @@
 //   1. round the request (512 B, or PyTorch's power-of-two divisions) and pick the pool: small up to
 //      small_max, large above; each (stream, pool) has its own arena of reserved virtual space;
 //   2. best fit among the arena's free blocks (smallest that holds it, lowest address among equals) and
-//      carve the block from its low end — the rest stays free;
+//      carve the block from its low end — the rest stays free; large arenas are the mirror image (highest
+//      address, high end: they grow down, so their frontier is a tail sliver, a small arena's a head);
 //   3. fast path: every granule slot under the block already has a page (cached memory): done, no driver
 //      call;
 //   4. otherwise back the missing slots (page_backing.cpp);
@@ -69,7 +70,7 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
     for (auto& arena : arenas_) {
       for (std::uint32_t index = 0; index < arena->regions().size(); ++index) {
         Region& region = arena->region(index);
-        for (std::size_t slot = 0; slot < region.table_size(); ++slot) {
+        for (std::size_t slot = region.table_begin(); slot < region.table_end(); ++slot) {
           if (region.page_at(slot) == 0) continue;
           if (driver_.unmap(region.slot_address(slot, granule_))) pool_.put(arena->clear_page(region, slot));
         }
@@ -253,7 +254,10 @@ Arena* TesseraAllocatorImpl::arena_for(StreamId stream, MemoryPool pool) {
   if (last_arena_ != nullptr && last_arena_key_ == key) return last_arena_;  // a loop allocates alike
   auto found = arena_by_key_.find(key);
   if (found == arena_by_key_.end()) {
-    arenas_.push_back(std::make_unique<Arena>(stream, pool, granule_, reclaim_list_));
+    // Large arenas grow down (arena.hpp says why), except where pages run on past a block into the free
+    // space above it (page_max above the granule), which needs the space above free.
+    const bool grows_down = pool == MemoryPool::large && page_max_granules_ == 1;
+    arenas_.push_back(std::make_unique<Arena>(stream, pool, granule_, grows_down, reclaim_list_));
     found = arena_by_key_.emplace(key, arenas_.back().get()).first;
   }
   last_arena_key_ = key;
@@ -273,8 +277,9 @@ std::size_t TesseraAllocatorImpl::pages_to_place(Bytes rounded, StreamId stream)
   const Block* free_block = arena->best_fit(rounded);
   if (free_block == nullptr) return (rounded + granule_ - 1) / granule_;
   const Region& region = arena->region_of(*free_block);
-  const std::size_t first = (free_block->address - region.base) / granule_;
-  const std::size_t end = (free_block->address + rounded - 1 - region.base) / granule_ + 1;
+  const Address at = arena->carve_address(*free_block, rounded);
+  const std::size_t first = (at - region.base) / granule_;
+  const std::size_t end = (at + rounded - 1 - region.base) / granule_ + 1;
   std::size_t missing = 0;
   for (std::size_t slot = first; slot < end; ++slot) missing += region.is_accessible(slot) ? 0 : 1;
   return missing;

@@ -266,17 +266,29 @@ std::vector<OutSegment> synthesize_segments(const Trace& trace, const std::vecto
   return segments;
 }
 
-// A VMM allocator reserves far more virtual space than it hands out (Tessera: twice the device). The tail
-// no block of the trace ever reached holds no memory; left in, it would shrink every block of MemoryViz's
-// segment view to a sliver. The segment ends at the next 2 MiB boundary past the last byte used.
-void trim_untouched_tail(OutSegment& segment, Address used_end) {
+// A VMM allocator reserves far more virtual space than it hands out (Tessera: twice the device). The ends
+// no block of the trace ever reached hold no memory (a region that grows up leaves its tail untouched, one
+// that grows down its head); left in, they would shrink every block of MemoryViz's segment view to a
+// sliver. The segment runs from the 2 MiB boundary at or below the first byte used to the one past the last.
+void trim_untouched_ends(OutSegment& segment, Address used_begin, Address used_end) {
+  const Address begin = std::max(segment.address, segment.address + (used_begin - segment.address) /
+                                                                         segment_alignment * segment_alignment);
   const Address end = std::min(segment.address + segment.total_size,
                                segment.address + align_up(used_end - segment.address, segment_alignment));
   while (!segment.blocks.empty() && segment.blocks.back().address >= end) segment.blocks.pop_back();
   if (!segment.blocks.empty() && segment.blocks.back().address + segment.blocks.back().size > end) {
     segment.blocks.back().size = end - segment.blocks.back().address;  // an inactive block: used_end is past the others
   }
-  segment.total_size = end - segment.address;
+  std::size_t first = 0;
+  while (first < segment.blocks.size() && segment.blocks[first].address + segment.blocks[first].size <= begin) ++first;
+  segment.blocks.erase(segment.blocks.begin(), segment.blocks.begin() + static_cast<std::ptrdiff_t>(first));
+  if (!segment.blocks.empty() && segment.blocks.front().address < begin) {
+    // An inactive block: used_begin is at or before the others.
+    segment.blocks.front().size -= begin - segment.blocks.front().address;
+    segment.blocks.front().address = begin;
+  }
+  segment.address = begin;
+  segment.total_size = end - begin;
 }
 
 // With a state: its segments, trimmed as above, gaps between blocks filled with inactive ones. The blocks the reader
@@ -331,16 +343,20 @@ Result<std::vector<OutSegment>> state_segments(const Trace& trace, const std::ve
       cursor = block.address + block.size;
     }
     if (cursor < end) segment.blocks.push_back({cursor, end - cursor, 0, BlockState::inactive});
+    Address used_begin = end;
     Address used_end = from.address;
     for (auto it = std::lower_bound(used.begin(), used.end(), std::pair<Address, Address>{from.address, 0});
          it != used.end() && it->first < end; ++it) {
+      used_begin = std::min(used_begin, it->first);
       used_end = std::max(used_end, std::min(it->second, end));
     }
     for (const OutBlock& block : segment.blocks) {
-      if (block.state != BlockState::inactive) used_end = std::max(used_end, block.address + block.size);
+      if (block.state == BlockState::inactive) continue;
+      used_begin = std::min(used_begin, block.address);
+      used_end = std::max(used_end, block.address + block.size);
     }
     if (used_end == from.address) continue;  // a segment no block of the trace ever reached
-    trim_untouched_tail(segment, used_end);
+    trim_untouched_ends(segment, used_begin, used_end);
     segments.push_back(std::move(segment));
   }
   const auto never_freed = static_cast<std::size_t>(

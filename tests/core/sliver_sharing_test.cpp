@@ -84,12 +84,13 @@ class SliverSharingTest : public ::testing::Test {
   // sliver (the first half of slot 3) between them:
   //   slot  0    1    2    3    4
   //        [L1 ][L1|h][L2 ][t|L3][L3 ]
+  // Large arenas grow down: the blocks are asked for from the right of the picture to the left.
   void build_slivers(StreamId stream = default_stream) {
-    l1_ = allocate(3 * half, stream);
-    const Address head_sliver = allocate(half, stream);
-    l2_ = allocate(granule, stream);
-    const Address tail_sliver = allocate(half, stream);
     l3_ = allocate(3 * half, stream);
+    const Address tail_sliver = allocate(half, stream);
+    l2_ = allocate(granule, stream);
+    const Address head_sliver = allocate(half, stream);
+    l1_ = allocate(3 * half, stream);
     ASSERT_EQ(head_sliver, l1_ + 3 * half);
     ASSERT_EQ(tail_sliver, l2_ + granule);
     free(head_sliver);
@@ -148,9 +149,27 @@ TEST_F(SliverSharingTest, AtTheLimitACachedFitIsTakenInPlace) {
   const std::uint64_t calls = driver_->tally().total_calls();
   const Address block = must(allocator_->allocate(half, default_stream));
   EXPECT_EQ(driver_->tally().total_calls(), calls);
-  EXPECT_EQ(block, head_) << "the smallest free block that holds it, the lowest address first";
+  EXPECT_EQ(block, tail_) << "the smallest free block that holds it, the highest address first (a large "
+                            "arena grows down)";
   EXPECT_EQ(allocator_->tessera_stats().shared_blocks, 0u);
   must(allocator_->deallocate(block));
+  expect_all_intact();
+}
+
+// Why large arenas grow down: each pool's frontier is then the other kind of sliver. The small arena's last
+// granule has a free end (a head), the large arena's lowest live block leaves a free start below it (a
+// tail), and one request can take both. Were both arenas growing up, both frontiers would be heads.
+TEST_F(SliverSharingTest, TheSmallPoolsHeadAndTheLargePoolsTailMakeOneBlock) {
+  make(5);
+  allocate(4 * KiB);        // the small arena's first granule: a free end of 60 KiB
+  allocate(3 * half);       // the large arena's top granule and a half below it: a free start of 32 KiB
+  ASSERT_EQ(allocator_->stats().reserved_bytes, 3 * granule);
+  const Address shared = allocate((granule - 4 * KiB) + 2 * granule + half);
+  const TesseraStats stats = allocator_->tessera_stats();
+  EXPECT_EQ(stats.shared_blocks, 1u);
+  EXPECT_EQ(stats.slivers_shared, 2u);
+  EXPECT_EQ(stats.common.reserved_bytes, 5 * granule);
+  EXPECT_EQ(shared % granule, 4 * KiB) << "it starts where the small arena's free end starts";
   expect_all_intact();
 }
 
@@ -188,8 +207,8 @@ TEST_F(SliverSharingTest, AFreedSharedBlockGivesItsSliversBack) {
   EXPECT_EQ(stats.sliver_mappings, 0u);
   EXPECT_EQ(driver_->census().reservations, reservations);
   EXPECT_EQ(driver_->census().mapped_bytes, stats.mapped_bytes);
-  EXPECT_EQ(allocate(half), head_) << "the head sliver is free in its arena again";
-  EXPECT_EQ(allocate(half), tail_) << "and so is the tail sliver";
+  EXPECT_EQ(allocate(half), tail_) << "the tail sliver is free in its arena again (highest address first)";
+  EXPECT_EQ(allocate(half), head_) << "and so is the head sliver";
   expect_all_intact();
 }
 
