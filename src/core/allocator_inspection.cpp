@@ -180,7 +180,7 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
         if (block->address != expected) return fmt::format("region {:#x}: gap or overlap at {:#x}", region.base, expected);
         if (block->previous != previous) return fmt::format("block {:#x}: broken back link", block->address);
         const bool is_free = block->is_free();
-        if ((is_free && !arena->is_frontier(block)) != Arena::indexed(block)) {
+        if ((is_free && !arena->kept_out_of_index(block)) != Arena::indexed(block)) {
           return fmt::format("block {:#x}: free index disagrees", block->address);
         }
         if (is_free && !block->reclaim_hook.is_linked() && holds_whole_page(*arena, *block)) {

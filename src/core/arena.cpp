@@ -20,7 +20,7 @@ void Arena::recycle(Block* block) {
 }
 
 void Arena::index_insert(Block* block) {
-  if (!is_frontier(block)) free_.insert(block);
+  if (!kept_out_of_index(block)) free_.insert(block);
 }
 
 void Arena::index_erase(Block* block) {

@@ -115,7 +115,7 @@ class Arena {
   Region& region(std::uint32_t index) { return regions_[index]; }
   Region& region_of(const Block& block) { return regions_[block.region]; }
   const Region& region_of(const Block& block) const { return regions_[block.region]; }
-  // Every free block: those in the free index, then each region's free frontier.
+  // Every free block: those in the free index, then those of each region kept out of it.
   template <class Visit>
   void visit_free(Visit&& visit) const {
     free_.visit_all(visit);
@@ -129,19 +129,20 @@ class Arena {
 
   // A region's frontier is its untouched end, where it grows: its last block in an arena that grows up (the
   // "top", as dlmalloc calls it), its first in one that grows down. A free frontier stays out of the free
-  // index, so that growing and shrinking there costs no index update; every other free block is in it.
-  bool is_frontier(const Block* block) const noexcept {
+  // index, so that growing and shrinking there costs no index update. Where the arena grows down, the
+  // region's last block stays out too (the space its topmost blocks left when freed). Best fit weighs the
+  // blocks kept out by size beside the index's answer, and takes one only when it is strictly smaller: on
+  // ties the holes inside win (chosen by measurement, docs/allocator.md). Every other free block is indexed.
+  bool kept_out_of_index(const Block* block) const noexcept {
     return grows_down_ ? (block->previous == nullptr || block->next == nullptr) : block->next == nullptr;
   }
-  Block* frontier(const Region& region) const noexcept { return grows_down_ ? region.first_block : region.last_block; }
   static bool indexed(const Block* block) { return FreeIndex::contains(block); }
-  bool grows_down() const noexcept { return grows_down_; }
 
   // A newly reserved range becomes one free block.
   void add_region(Address base, Bytes span);
 
   // The smallest free block that holds `size`, the lowest address among equals (the highest where the arena
-  // grows down); a region's frontier, kept out of the index, competes by size too.
+  // grows down); the blocks kept out of the index compete by size too.
   Block* best_fit(Bytes size) const {
     Block* found = free_.best_fit(size);
     auto weigh = [&](Block* edge) {
@@ -195,7 +196,7 @@ class Arena {
  private:
   Block* new_block();
   void recycle(Block* block);
-  void index_insert(Block* block);  // no-op for a region's frontier
+  void index_insert(Block* block);  // no-op for a block kept out of the index
   void index_erase(Block* block);
 
   StreamId stream_;
