@@ -141,8 +141,10 @@ class Arena {
   // A newly reserved range becomes one free block.
   void add_region(Address base, Bytes span);
 
-  // The smallest free block that holds `size`, the lowest address among equals (the highest where the arena
-  // grows down); the blocks kept out of the index compete by size too.
+  // Where the arena grows up: the smallest free block that holds `size`, the lowest address among equals;
+  // the blocks kept out of the index compete by size too. Where it grows down, a good fit instead: among
+  // the free blocks that hold `size` and are at most twice the best fit's size, the highest (see
+  // good_fit_limit_).
   Block* best_fit(Bytes size) const {
     Block* found = free_.best_fit(size);
     auto weigh = [&](Block* edge) {
@@ -151,6 +153,21 @@ class Arena {
     for (const Region& region : regions_) {
       weigh(region.last_block);
       if (grows_down_) weigh(region.first_block);
+    }
+    if (!grows_down_ || found == nullptr) return found;
+    const Bytes high = found->size * good_fit_limit_;
+    if (Block* inside = free_.outermost_between(found->size, high, good_fit_candidates_);
+        inside != nullptr && inside->address > found->address) {
+      found = inside;
+    }
+    auto higher = [&](Block* edge) {
+      if (edge->is_free() && edge->size >= size && edge->size <= high && edge->address > found->address) {
+        found = edge;
+      }
+    };
+    for (const Region& region : regions_) {
+      higher(region.last_block);
+      higher(region.first_block);
     }
     return found;
   }
@@ -209,6 +226,14 @@ class Arena {
   // a small arena's starts where its highest live block ends (a head) — and a request built over slivers at
   // the limit (sliver_sharing.cpp) can take one of each, where two heads could not be combined.
   bool grows_down_;
+  // A large arena takes, among the free blocks up to this many times the best fit's size, the highest: an
+  // address-ordered good fit. Blocks that outlive an iteration (optimizer state created in the first step,
+  // say) then settle at the top, beside the parameters, instead of in whichever hole fits best amid the
+  // activations, and the next iteration's activations find longer runs of free space below them.
+  static constexpr Bytes good_fit_limit_ = 2;
+  // How many indexed free blocks, smallest first, the good fit weighs at most (8 gives the same layouts on
+  // the shared traces as no bound; 4 does not).
+  static constexpr std::size_t good_fit_candidates_ = 16;
   ReclaimList& reclaim_list_;
   std::deque<Block> storage_;  // before free_: the index unlinks its blocks before they are destroyed
   std::vector<Block*> spare_;

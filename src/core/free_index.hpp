@@ -28,6 +28,20 @@ class FreeIndex {
     return found == blocks_.end() ? nullptr : const_cast<Block*>(&*found);
   }
 
+  // Among the first `candidates` free blocks of `low` to `high` bytes, in the index's order (smallest
+  // first), the one of highest address (lowest, in an index built without highest_first); null when none.
+  // Bounded, so that the allocation fast path stays O(log n).
+  Block* outermost_between(Bytes low, Bytes high, std::size_t candidates) const {
+    Block* found = nullptr;
+    for (auto it = blocks_.lower_bound(Key{low, highest_first_ ? ~Address{0} : 0}, KeyOrder{highest_first_});
+         it != blocks_.end() && it->size <= high && candidates > 0; ++it, --candidates) {
+      if (found == nullptr || (highest_first_ ? it->address > found->address : it->address < found->address)) {
+        found = const_cast<Block*>(&*it);
+      }
+    }
+    return found;
+  }
+
   template <class Visit>
   void visit_all(Visit&& visit) const {
     for (const Block& block : blocks_) visit(&block);

@@ -90,6 +90,25 @@ TEST_F(AllocatorTest, AFreedBlockIsReusedAtOnceWithNoDriverCall) {
   must(allocator_->deallocate(second));
 }
 
+// A large arena grows down and takes a good fit: of the free blocks that hold the request and are at most
+// twice the best fit's size, the highest, carved at its high end. One larger still, higher up, is not taken.
+TEST_F(AllocatorTest, ALargeRequestTakesTheHighestFreeBlockUpToTwiceTheBestFit) {
+  make(64 * granule, must(parse_allocator_config("small_max_kb:32")));
+  std::vector<Address> order;
+  for (const std::size_t granules : {1, 5, 1, 3, 1, 2, 1}) {
+    order.push_back(must(allocator_->allocate(granules * granule, default_stream)));
+  }
+  for (std::size_t i = 1; i < order.size(); ++i) ASSERT_LT(order[i], order[i - 1]) << "it grows down";
+  const Address five = order[1], three = order[3], two = order[5];
+  for (const Address hole : {five, three, two}) must(allocator_->deallocate(hole));
+  const std::uint64_t calls = driver_->tally().total_calls();
+  const Address taken = must(allocator_->allocate(2 * granule, default_stream));
+  EXPECT_EQ(taken, three + granule) << "the three-granule hole, at its high end; not the best fit (" << std::hex
+                                     << two << ") nor the five-granule hole above (" << five << ")";
+  EXPECT_EQ(driver_->tally().total_calls(), calls) << "cached memory";
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+}
+
 TEST_F(AllocatorTest, SmallAndLargeRequestsLiveInSeparatePools) {
   make(16 * MiB, must(parse_allocator_config("small_max_kb:64")));
   const Address small = must(allocator_->allocate(4 * KiB, default_stream));
