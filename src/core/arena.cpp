@@ -182,10 +182,7 @@ Block* Arena::give_back(Block* block, std::uint64_t clock) {
     block->next->previous = before;
     before->freed_at = std::max(before->freed_at, clock);
     spare_.push_back(block);
-    if (!before->reclaim_hook.is_linked() || &reclaim_list_.back() != before) {  // a loop frees the same block
-      if (before->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*before));
-      reclaim_list_.push_back(*before);
-    }
+    make_newest_freed(before);
     return before;
   }
   if (Block* before = block->previous; before != nullptr && !before->live && !before->pending) {
@@ -208,10 +205,7 @@ Block* Arena::give_back(Block* block, std::uint64_t clock) {
     block->previous->next = after;
     after->freed_at = std::max(after->freed_at, clock);
     spare_.push_back(block);
-    if (!after->reclaim_hook.is_linked() || &reclaim_list_.back() != after) {  // a loop frees the same top
-      if (after->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*after));
-      reclaim_list_.push_back(*after);
-    }
+    make_newest_freed(after);
     return after;
   }
   if (Block* after = block->next; after != nullptr && !after->live && !after->pending) {
@@ -224,10 +218,17 @@ Block* Arena::give_back(Block* block, std::uint64_t clock) {
     recycle(after);
   }
   index_insert(block);
-  // Freed now: the newest candidate for giving pages back.
-  if (block->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*block));
-  reclaim_list_.push_back(*block);
+  make_newest_freed(block);
   return block;
+}
+
+// Freed now: the newest candidate for giving pages back (already so when a loop frees into the same block).
+void Arena::make_newest_freed(Block* block) {
+  if (block->reclaim_hook.is_linked()) {
+    if (&reclaim_list_.back() == block) return;
+    reclaim_list_.erase(reclaim_list_.iterator_to(*block));
+  }
+  reclaim_list_.push_back(*block);
 }
 
 SlotRange Arena::touched_slots(const Block& block) const {

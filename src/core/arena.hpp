@@ -213,6 +213,7 @@ class Arena {
  private:
   Block* new_block();
   void recycle(Block* block);
+  void make_newest_freed(Block* block);
   void index_insert(Block* block);  // no-op for a block kept out of the index
   void index_erase(Block* block);
 
