@@ -47,8 +47,28 @@ void Arena::add_region(Address base, Bytes span) {
   regions_.push_back(std::move(region));
 }
 
-Address Arena::carve_address(const Block& free_block, Bytes size) const noexcept {
-  return grows_down_ ? free_block.end() - size : free_block.address;
+Block* Arena::good_fit_weighing(Bytes size, Block* edge_fit) const {
+  Block* found = nullptr;
+  Bytes high = 0;
+  std::size_t candidates = good_fit_candidates_;
+  free_.visit_fits(size, [&](Block* block) {
+    if (found == nullptr) {  // the index's best fit
+      found = edge_fit != nullptr && edge_fit->size < block->size ? edge_fit : block;
+      high = found->size * good_fit_limit_;
+    }
+    if (block->size > high || candidates-- == 0) return false;
+    if (block->address > found->address) found = block;
+    return true;
+  });
+  if (found == nullptr) return edge_fit;
+  for (const Region& region : regions_) {
+    for (Block* edge : {region.last_block, region.first_block}) {
+      if (edge->is_free() && edge->size >= size && edge->size <= high && edge->address > found->address) {
+        found = edge;
+      }
+    }
+  }
+  return found;
 }
 
 Block* Arena::take(Block* free_block, Bytes size, Bytes requested) {

@@ -142,35 +142,33 @@ class Arena {
   void add_region(Address base, Bytes span);
 
   // Where the arena grows up: the smallest free block that holds `size`, the lowest address among equals;
-  // the blocks kept out of the index compete by size too. Where it grows down, a good fit instead: among
-  // the free blocks that hold `size` and are at most twice the best fit's size, the highest (see
-  // good_fit_limit_).
+  // the region's free top competes by size too. Where it grows down, good_fit().
   Block* best_fit(Bytes size) const {
+    if (grows_down_) return good_fit(size);
     Block* found = free_.best_fit(size);
-    auto weigh = [&](Block* edge) {
-      if (edge->is_free() && edge->size >= size && (found == nullptr || edge->size < found->size)) found = edge;
-    };
     for (const Region& region : regions_) {
-      weigh(region.last_block);
-      if (grows_down_) weigh(region.first_block);
-    }
-    if (!grows_down_ || found == nullptr) return found;
-    const Bytes high = found->size * good_fit_limit_;
-    if (Block* inside = free_.outermost_between(found->size, high, good_fit_candidates_);
-        inside != nullptr && inside->address > found->address) {
-      found = inside;
-    }
-    auto higher = [&](Block* edge) {
-      if (edge->is_free() && edge->size >= size && edge->size <= high && edge->address > found->address) {
-        found = edge;
-      }
-    };
-    for (const Region& region : regions_) {
-      higher(region.last_block);
-      higher(region.first_block);
+      Block* top = region.last_block;
+      if (top->is_free() && top->size >= size && (found == nullptr || top->size < found->size)) found = top;
     }
     return found;
   }
+
+  // Among the free blocks that hold `size` and are at most good_fit_limit_ times the best fit's size, the
+  // highest: the best fit (the blocks kept out of the index compete by size, and win only when strictly
+  // smaller), then up to good_fit_candidates_ of the index's blocks in its order, then those kept out.
+  Block* good_fit(Bytes size) const {
+    auto fits = [size](const Block* block) { return block->is_free() && block->size >= size; };
+    Block* edge_fit = nullptr;
+    for (const Region& region : regions_) {
+      Block* last = region.last_block;
+      Block* first = region.first_block;
+      if (fits(last) && (edge_fit == nullptr || last->size < edge_fit->size)) edge_fit = last;
+      if (fits(first) && (edge_fit == nullptr || first->size < edge_fit->size)) edge_fit = first;
+    }
+    if (free_.empty()) return edge_fit;  // nothing to weigh against: a loop that carves from the frontier
+    return good_fit_weighing(size, edge_fit);
+  }
+  Block* good_fit_weighing(Bytes size, Block* edge_fit) const;
 
   // Whether the `size` bytes that take() would carve from a free block have a page under every slot:
   // carving them needs no driver call. The allocator's fast-path test.
@@ -183,7 +181,9 @@ class Arena {
   }
 
   // Where in a free block a block of `size` bytes is carved.
-  Address carve_address(const Block& free_block, Bytes size) const noexcept;
+  Address carve_address(const Block& free_block, Bytes size) const noexcept {
+    return grows_down_ ? free_block.end() - size : free_block.address;
+  }
   // Carves `size` bytes from a free block at carve_address(); the rest stays free. The block returned is live.
   Block* take(Block* free_block, Bytes size, Bytes requested);
   // Carves `size` bytes from the low end of a free block.

@@ -21,6 +21,7 @@ class FreeIndex {
   void insert(Block* block) { blocks_.insert(*block); }
   void erase(Block* block) { blocks_.erase(blocks_.iterator_to(*block)); }
   static bool contains(const Block* block) { return block->free_hook.is_linked(); }
+  bool empty() const noexcept { return blocks_.empty(); }
 
   // The smallest free block of at least `size` bytes, the lowest (highest) address first; null when none.
   Block* best_fit(Bytes size) const {
@@ -28,18 +29,14 @@ class FreeIndex {
     return found == blocks_.end() ? nullptr : const_cast<Block*>(&*found);
   }
 
-  // Among the first `candidates` free blocks of `low` to `high` bytes, in the index's order (smallest
-  // first), the one of highest address (lowest, in an index built without highest_first); null when none.
-  // Bounded, so that the allocation fast path stays O(log n).
-  Block* outermost_between(Bytes low, Bytes high, std::size_t candidates) const {
-    Block* found = nullptr;
-    for (auto it = blocks_.lower_bound(Key{low, highest_first_ ? ~Address{0} : 0}, KeyOrder{highest_first_});
-         it != blocks_.end() && it->size <= high && candidates > 0; ++it, --candidates) {
-      if (found == nullptr || (highest_first_ ? it->address > found->address : it->address < found->address)) {
-        found = const_cast<Block*>(&*it);
-      }
+  // The free blocks of at least `size` bytes in the index's order, from the best fit on, while `visit`
+  // answers true.
+  template <class Visit>
+  void visit_fits(Bytes size, Visit&& visit) const {
+    for (auto it = blocks_.lower_bound(Key{size, highest_first_ ? ~Address{0} : 0}, KeyOrder{highest_first_});
+         it != blocks_.end(); ++it) {
+      if (!visit(const_cast<Block*>(&*it))) return;
     }
-    return found;
   }
 
   template <class Visit>
