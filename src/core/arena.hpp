@@ -232,8 +232,8 @@ class Arena {
   // say) then settle at the top, beside the parameters, instead of in whichever hole fits best amid the
   // activations, and the next iteration's activations find longer runs of free space below them.
   static constexpr Bytes good_fit_limit_ = 2;
-  // How many indexed free blocks, smallest first, the good fit weighs at most (8 gives the same layouts on
-  // the shared traces as no bound; 4 does not).
+  // How many indexed free blocks, smallest first, the good fit weighs at most (with 8, every shared trace
+  // has the min_capacity it has with no bound; with 4, one does not).
   static constexpr std::size_t good_fit_candidates_ = 16;
   ReclaimList& reclaim_list_;
   std::deque<Block> storage_;  // before free_: the index unlinks its blocks before they are destroyed
