@@ -238,10 +238,6 @@ void TesseraAllocatorImpl::add_observer(AllocatorObserver& observer) {
   observers_.push_back(&observer);
 }
 
-BlockEvent TesseraAllocatorImpl::block_event(const Arena& arena, const Block& block) const {
-  return BlockEvent{block.address, block.size, block.requested, arena.stream(), arena.pool()};
-}
-
 Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
   if (size < minimum_block) return minimum_block;
   const unsigned divisions = config_.roundup_power2_divisions;
@@ -249,9 +245,9 @@ Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
   return align_up(size, minimum_block);
 }
 
-Arena* TesseraAllocatorImpl::arena_for(StreamId stream, MemoryPool pool) {
-  const std::pair key{static_cast<std::uintptr_t>(stream), pool};
-  if (last_arena_ != nullptr && last_arena_key_ == key) return last_arena_;  // a loop allocates alike
+Arena* TesseraAllocatorImpl::find_or_add_arena(std::pair<std::uintptr_t, MemoryPool> key) {
+  const auto stream = static_cast<StreamId>(key.first);
+  const MemoryPool pool = key.second;
   auto found = arena_by_key_.find(key);
   if (found == arena_by_key_.end()) {
     // Large arenas grow down (arena.hpp says why), except where pages run on past a block into the free

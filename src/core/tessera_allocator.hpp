@@ -114,9 +114,16 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   }
 
   // tessera_allocator.cpp
-  BlockEvent block_event(const Arena& arena, const Block& block) const;
+  static BlockEvent block_event(const Arena& arena, const Block& block) {
+    return BlockEvent{block.address, block.size, block.requested, arena.stream(), arena.pool()};
+  }
   Bytes round_size(Bytes size) const;
-  Arena* arena_for(StreamId stream, MemoryPool pool);
+  Arena* arena_for(StreamId stream, MemoryPool pool) {
+    const std::pair key{static_cast<std::uintptr_t>(stream), pool};
+    if (last_arena_ != nullptr && last_arena_key_ == key) return last_arena_;  // a loop allocates alike
+    return find_or_add_arena(key);
+  }
+  Arena* find_or_add_arena(std::pair<std::uintptr_t, MemoryPool> key);
   Bytes region_span(Bytes at_least) const;
   // take_idle: whether the block may take the pages of idle cached blocks when none can be created.
   Result<Address> place(Bytes rounded, Bytes requested, StreamId stream, bool take_idle);
