@@ -1,7 +1,7 @@
 // Placement (layer 3): the free blocks of one arena, ordered by size then address, so that the best fit
 // — the smallest block that holds the request, the lowest address among equals (the highest, in an index
-// built with highest_first) — is one lookup. Pure
-// host code: it never calls a driver. Intrusive: inserting and erasing allocate nothing.
+// built with highest_first) — is one lookup. Pure host code: it never calls a driver. Intrusive: inserting
+// and erasing allocate nothing.
 #pragma once
 
 #include <boost/intrusive/set.hpp>

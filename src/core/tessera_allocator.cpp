@@ -5,8 +5,9 @@
 //   1. round the request (512 B, or PyTorch's power-of-two divisions) and pick the pool: small up to
 //      small_max, large above; each (stream, pool) has its own arena of reserved virtual space;
 //   2. best fit among the arena's free blocks (smallest that holds it, lowest address among equals) and
-//      carve the block from its low end — the rest stays free; large arenas are the mirror image (highest
-//      address, high end: they grow down, so their frontier is a tail sliver, a small arena's a head);
+//      carve the block from its low end — the rest stays free; large arenas grow down instead (a good fit:
+//      the highest free block up to twice the best fit's size, carved at its high end), so that their
+//      frontier is a tail sliver where a small arena's is a head (arena.hpp, docs/allocator.md);
 //   3. fast path: every granule slot under the block already has a page (cached memory): done, no driver
 //      call;
 //   4. otherwise back the missing slots (page_backing.cpp);
