@@ -26,8 +26,8 @@
 
 namespace tessera {
 
-// The allocators a replay can run: "tessera" and the baseline models; "ideal" is the reference line
-// (reserved = live bytes) computed without an allocator.
+// The allocators a replay can run: "tessera" and the baseline models; "ideal" and "ideal_cache" are
+// reference lines computed from the trace without an allocator (reference_result below).
 std::vector<std::string_view> replay_allocator_names();
 
 Result<std::unique_ptr<DeviceAllocator>> make_replay_allocator(std::string_view name, Driver& driver,
@@ -87,7 +87,21 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options);
 // As replay(), then bisects the capacity to the granule for min_capacity and overhead.
 Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOptions& options);
 
-// The reference line: reserved equal to live bytes at every moment.
+// Reference lines, computed from the trace alone (no driver figures):
+//   ideal        reserved equal to live bytes at every moment: both fragmentations 0.
+//   ideal_cache  reserved equal to the most bytes live so far: an allocator that gives nothing back and
+//                wastes nothing. Its avg_frag is avg_frag_floor(trace).
+// min_capacity is peak_allocated rounded up to the granule for both.
 ReplayResult ideal_result(const Trace& trace, Bytes granularity);
+ReplayResult ideal_cache_result(const Trace& trace, Bytes granularity);
+// The line of that name; none when `name` is not a reference line.
+std::optional<ReplayResult> reference_result(std::string_view name, const Trace& trace, Bytes granularity);
+bool is_reference_line(std::string_view name);
+
+// The lowest avg_frag an allocator can have on this trace if it gives a page back only once the page has
+// sat idle for more than `idle_events` events (0: never, as every caching allocator here at unlimited
+// capacity): its reserved bytes can be no fewer than the most bytes live within that window, sampled where
+// the replay samples (after the initial blocks and after every event).
+double avg_frag_floor(const Trace& trace, std::size_t idle_events = 0);
 
 }  // namespace tessera

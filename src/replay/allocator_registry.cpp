@@ -13,6 +13,7 @@ std::vector<std::string_view> replay_allocator_names() {
   std::vector<std::string_view> names{"tessera"};
   for (std::string_view baseline : baseline_names()) names.push_back(baseline);
   names.push_back("ideal");
+  names.push_back("ideal_cache");
   return names;
 }
 
@@ -23,8 +24,9 @@ Result<std::unique_ptr<DeviceAllocator>> make_replay_allocator(std::string_view 
     if (!allocator) return std::move(allocator).error();
     return std::unique_ptr<DeviceAllocator>(std::move(allocator).value());
   }
-  if (name == "ideal") {
-    return make_error(Errc::invalid_argument, "'ideal' is a reference line computed from the trace, not an allocator");
+  if (is_reference_line(name)) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("'{}' is a reference line computed from the trace, not an allocator", name));
   }
   const auto baselines = baseline_names();
   if (std::find(baselines.begin(), baselines.end(), name) != baselines.end()) return make_baseline(name, driver);

@@ -228,21 +228,4 @@ Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOp
   return result;
 }
 
-ReplayResult ideal_result(const Trace& trace, Bytes granularity) {
-  const TraceSummary summary = summarize(trace);
-  ReplayResult result;
-  result.trace = trace.name;
-  result.allocator = "ideal";
-  result.driver = "none";
-  result.peak_allocated = summary.peak_live_bytes;
-  result.peak_reserved = summary.peak_live_bytes;
-  result.reserved_at_peak_allocated = summary.peak_live_bytes;
-  result.min_capacity = align_up(summary.peak_live_bytes, granularity);
-  if (summary.peak_live_bytes > 0) {
-    result.overhead = static_cast<double>(*result.min_capacity) / static_cast<double>(summary.peak_live_bytes) - 1.0;
-  }
-  result.events = trace.events.size();
-  return result;
-}
-
 }  // namespace tessera

@@ -39,11 +39,11 @@ constexpr std::array<std::string_view, 8> palette{"#1f77b4", "#d62728", "#2ca02c
 
 // Each allocator keeps its colour on every chart of the page.
 std::string color_of(const std::string& allocator, const std::vector<std::string>& order) {
-  if (allocator == "ideal") return std::string(reference_color);
+  if (is_reference_line(allocator)) return std::string(reference_color);
   std::size_t index = 0;
   for (const std::string& name : order) {
     if (name == allocator) break;
-    if (name != "ideal") ++index;
+    if (!is_reference_line(name)) ++index;
   }
   return std::string(palette[index % palette.size()]);
 }
@@ -151,6 +151,7 @@ constexpr std::string_view definitions = R"(<h2>Definitions</h2>
 <dt>driver calls, driver ms, syncs</dt><dd>every driver call the allocator made; their modelled time on the sim driver, wall time on the host driver; stream, device and event synchronizations</dd>
 <dt>host ns/op</dt><dd>the allocator's own time per allocation and free, driver time excluded</dd>
 <dt>ideal</dt><dd>the reference line: reserved equal to live bytes at every moment</dd>
+<dt>ideal_cache</dt><dd>reserved equal to the most bytes live so far: an allocator that gives nothing back and wastes nothing; its avg frag is the least any such allocator can have on the trace</dd>
 </dl>
 )";
 

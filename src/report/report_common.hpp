@@ -11,8 +11,9 @@
 
 namespace tessera::report {
 
-// "ideal" is computed from the trace, not replayed: it has no driver, calls or host time.
-inline bool is_reference(const ReplayResult& result) { return result.allocator == "ideal"; }
+// The reference lines ("ideal", "ideal_cache") are computed from the trace, not replayed: they have no
+// driver, calls or host time.
+inline bool is_reference(const ReplayResult& result) { return is_reference_line(result.allocator); }
 
 // The results of one trace, in the order given; traces in the order they first appear.
 struct TraceGroup {

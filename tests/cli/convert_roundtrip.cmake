@@ -24,8 +24,9 @@ function(content_lines info output_variable)
   string(REPLACE "\n" ";" lines "${info}")
   list(FILTER lines EXCLUDE REGEX "^file ")
   if(VIA STREQUAL "snapshot")
-    # A snapshot has no iteration markers (nor their times) and takes its name from the file: compare the rest.
-    list(FILTER lines EXCLUDE REGEX "^(trace|events|iterations|time span) ")
+    # A snapshot has no iteration markers (nor their times, nor the samples after them that the floors
+    # average over) and takes its name from the file: compare the rest.
+    list(FILTER lines EXCLUDE REGEX "^(trace|events|iterations|time span|avg_frag floor) ")
     list(TRANSFORM lines REPLACE ", after event [0-9]+" "")
   endif()
   set(${output_variable} "${lines}" PARENT_SCOPE)

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "command.hpp"
+#include "tessera/replay.hpp"
 #include "tessera/report.hpp"
 #include "trace_input.hpp"
 #include "usage_error.hpp"
@@ -33,6 +34,10 @@ void print_info(const std::string& path, const Trace& trace) {
   fmt::print("live at end     {} bytes in {} blocks\n", summary.live_bytes_at_end, summary.live_blocks_at_end);
   fmt::print("largest alloc   {} bytes ({})\n", summary.largest_alloc, format_bytes(summary.largest_alloc));
   fmt::print("streams         {}\n", summary.streams);
+  // What caching costs on this trace whatever the allocator (docs/replay.md, "avg_frag floors").
+  fmt::print("avg_frag floor  {:.1f}% giving no page back, {:.1f}% giving back pages idle over 1000 events, "
+             "{:.1f}% over 100\n",
+             100.0 * avg_frag_floor(trace), 100.0 * avg_frag_floor(trace, 1000), 100.0 * avg_frag_floor(trace, 100));
   if (summary.first_time_us == no_time) {
     fmt::print("time span       not recorded\n");
   } else {

@@ -68,7 +68,7 @@ int run_replay_command(const ReplayCommandOptions& options) {
   const int written = write_outputs(*results, options.outputs, "tessera replay", fmt::format("Made by: {}", command_line()));
   if (options.snapshot.empty() || written != exit_success) return written;
   for (const ReplayResult& result : *results) {
-    if (result.allocator != "ideal") return write_snapshot(traces.front(), result, options.snapshot);
+    if (!is_reference_line(result.allocator)) return write_snapshot(traces.front(), result, options.snapshot);
   }
   fmt::print(stderr, "tessera replay: --snapshot: no allocator was replayed\n");
   return exit_failure;

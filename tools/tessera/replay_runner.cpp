@@ -64,7 +64,7 @@ Result<std::vector<ReplayResult>> run_replays(const std::vector<Trace>& traces, 
       const Trace& trace = traces[job / per_trace];
       const std::string& allocator = plan.allocators[job % per_trace];
       Result<ReplayResult> result = [&]() -> Result<ReplayResult> {
-        if (allocator == "ideal") return ideal_result(trace, plan.options.granularity);
+        if (auto reference = reference_result(allocator, trace, plan.options.granularity)) return *reference;
         ReplayOptions options = plan.options;
         options.allocator = allocator;
         return plan.min_capacity ? replay_with_min_capacity(trace, options) : replay(trace, options);

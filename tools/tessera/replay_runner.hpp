@@ -10,7 +10,7 @@
 namespace tessera::cli {
 
 struct ReplayPlan {
-  std::vector<std::string> allocators;  // "ideal" is computed from the trace, the others replayed
+  std::vector<std::string> allocators;  // the reference lines are computed from the trace, the others replayed
   ReplayOptions options;                // allocator is set per job
   bool min_capacity = false;            // bisect for min_capacity and overhead
   unsigned jobs = 1;                    // threads

@@ -1,0 +1,91 @@
+// The reference lines a replay report compares allocators against, computed from the trace alone: no
+// allocator, no driver.
+#include <algorithm>
+#include <deque>
+
+#include "tessera/replay.hpp"
+
+namespace tessera {
+
+namespace {
+
+// Calls `sample(live)` where the replay samples: once after the initial blocks, then after every event.
+template <class Sample>
+void walk_live_bytes(const Trace& trace, Sample&& sample) {
+  Bytes live = 0;
+  for (const InitialBlock& block : trace.initial_blocks) live += block.size;
+  sample(live);
+  for (const TraceEvent& event : trace.events) {
+    if (event.kind == TraceEventKind::alloc) live += event.size;
+    if (event.kind == TraceEventKind::free) live -= event.size;
+    sample(live);
+  }
+}
+
+ReplayResult reference_line(const Trace& trace, Bytes granularity, std::string allocator) {
+  const TraceSummary summary = summarize(trace);
+  ReplayResult result;
+  result.trace = trace.name;
+  result.allocator = std::move(allocator);
+  result.driver = "none";
+  result.peak_allocated = summary.peak_live_bytes;
+  result.peak_reserved = summary.peak_live_bytes;
+  result.reserved_at_peak_allocated = summary.peak_live_bytes;
+  result.min_capacity = align_up(summary.peak_live_bytes, granularity);
+  if (summary.peak_live_bytes > 0) {
+    result.overhead = static_cast<double>(*result.min_capacity) / static_cast<double>(summary.peak_live_bytes) - 1.0;
+  }
+  result.events = trace.events.size();
+  return result;
+}
+
+}  // namespace
+
+double avg_frag_floor(const Trace& trace, std::size_t idle_events) {
+  // The samples of the window, as a deque whose live bytes fall from front to back: its front is the most
+  // live bytes within the window.
+  struct Sample {
+    std::size_t index;
+    Bytes live;
+  };
+  std::deque<Sample> window;
+  Bytes highest = 0;  // idle_events == 0: the most live bytes so far
+  std::size_t index = 0;
+  double sum = 0;
+  std::size_t samples = 0;
+  walk_live_bytes(trace, [&](Bytes live) {
+    Bytes held = 0;
+    if (idle_events == 0) {
+      highest = std::max(highest, live);
+      held = highest;
+    } else {
+      while (!window.empty() && window.back().live <= live) window.pop_back();
+      window.push_back({index, live});
+      while (window.front().index + idle_events < index) window.pop_front();
+      held = window.front().live;
+    }
+    ++index;
+    if (held == 0) return;
+    sum += static_cast<double>(held - live) / static_cast<double>(held);
+    ++samples;
+  });
+  return samples == 0 ? 0.0 : sum / static_cast<double>(samples);
+}
+
+ReplayResult ideal_result(const Trace& trace, Bytes granularity) { return reference_line(trace, granularity, "ideal"); }
+
+ReplayResult ideal_cache_result(const Trace& trace, Bytes granularity) {
+  ReplayResult result = reference_line(trace, granularity, "ideal_cache");
+  result.avg_frag = avg_frag_floor(trace);
+  return result;
+}
+
+std::optional<ReplayResult> reference_result(std::string_view name, const Trace& trace, Bytes granularity) {
+  if (name == "ideal") return ideal_result(trace, granularity);
+  if (name == "ideal_cache") return ideal_cache_result(trace, granularity);
+  return std::nullopt;
+}
+
+bool is_reference_line(std::string_view name) { return name == "ideal" || name == "ideal_cache"; }
+
+}  // namespace tessera
