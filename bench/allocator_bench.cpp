@@ -62,7 +62,7 @@ void CachedPair(benchmark::State& state, std::string allocator_name) {
 void Register() {
   std::vector<std::string> names;
   for (std::string_view name : replay_allocator_names()) {
-    if (name != "ideal") names.emplace_back(name);
+    if (!is_reference_line(name)) names.emplace_back(name);
   }
   names.emplace_back("pytorch+lock");
   for (const std::string& name : names) {

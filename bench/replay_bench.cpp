@@ -38,7 +38,7 @@ void Replay(benchmark::State& state, std::string allocator) {
 
 void Register() {
   for (std::string_view name : replay_allocator_names()) {
-    if (name == "ideal") continue;
+    if (is_reference_line(name)) continue;
     benchmark::RegisterBenchmark(("Replay/" + std::string(name)).c_str(), Replay, std::string(name))
         ->Unit(benchmark::kMillisecond)
         ->MinTime(1.0);
