@@ -91,11 +91,13 @@ Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOp
 //   ideal        reserved equal to live bytes at every moment: both fragmentations 0.
 //   ideal_cache  reserved equal to the most bytes live so far: an allocator that gives nothing back and
 //                wastes nothing. Its avg_frag is avg_frag_floor(trace).
-// min_capacity is peak_allocated rounded up to the granule for both.
+// min_capacity is peak_allocated rounded up to the granule for both. With series_points > 0 ideal_cache
+// keeps a series as a replay does (ideal's would repeat the live bytes).
 ReplayResult ideal_result(const Trace& trace, Bytes granularity);
-ReplayResult ideal_cache_result(const Trace& trace, Bytes granularity);
+ReplayResult ideal_cache_result(const Trace& trace, Bytes granularity, std::size_t series_points = 0);
 // The line of that name; none when `name` is not a reference line.
-std::optional<ReplayResult> reference_result(std::string_view name, const Trace& trace, Bytes granularity);
+std::optional<ReplayResult> reference_result(std::string_view name, const Trace& trace, Bytes granularity,
+                                             std::size_t series_points = 0);
 bool is_reference_line(std::string_view name);
 
 // The lowest avg_frag an allocator can have on this trace if it gives a page back only once the page has

@@ -9,16 +9,18 @@ namespace tessera {
 
 namespace {
 
-// Calls `sample(live)` where the replay samples: once after the initial blocks, then after every event.
+// Calls `sample(event, live)` where the replay samples: once after the initial blocks (event 0), then after
+// every event.
 template <class Sample>
 void walk_live_bytes(const Trace& trace, Sample&& sample) {
   Bytes live = 0;
   for (const InitialBlock& block : trace.initial_blocks) live += block.size;
-  sample(live);
-  for (const TraceEvent& event : trace.events) {
+  sample(std::size_t{0}, live);
+  for (std::size_t index = 0; index < trace.events.size(); ++index) {
+    const TraceEvent& event = trace.events[index];
     if (event.kind == TraceEventKind::alloc) live += event.size;
     if (event.kind == TraceEventKind::free) live -= event.size;
-    sample(live);
+    sample(index, live);
   }
 }
 
@@ -53,7 +55,7 @@ double avg_frag_floor(const Trace& trace, std::size_t idle_events) {
   std::size_t index = 0;
   double sum = 0;
   std::size_t samples = 0;
-  walk_live_bytes(trace, [&](Bytes live) {
+  walk_live_bytes(trace, [&](std::size_t, Bytes live) {
     Bytes held = 0;
     if (idle_events == 0) {
       highest = std::max(highest, live);
@@ -74,15 +76,25 @@ double avg_frag_floor(const Trace& trace, std::size_t idle_events) {
 
 ReplayResult ideal_result(const Trace& trace, Bytes granularity) { return reference_line(trace, granularity, "ideal"); }
 
-ReplayResult ideal_cache_result(const Trace& trace, Bytes granularity) {
+ReplayResult ideal_cache_result(const Trace& trace, Bytes granularity, std::size_t series_points) {
   ReplayResult result = reference_line(trace, granularity, "ideal_cache");
   result.avg_frag = avg_frag_floor(trace);
+  if (series_points > 0) {
+    // The replay's stride, so that the chart's lines share their x values.
+    const std::size_t stride = std::max<std::size_t>(1, trace.events.size() / series_points);
+    Bytes highest = 0;
+    walk_live_bytes(trace, [&](std::size_t event, Bytes live) {
+      highest = std::max(highest, live);
+      if (event % stride == 0 || event + 1 == trace.events.size()) result.series.push_back({event, live, highest});
+    });
+  }
   return result;
 }
 
-std::optional<ReplayResult> reference_result(std::string_view name, const Trace& trace, Bytes granularity) {
+std::optional<ReplayResult> reference_result(std::string_view name, const Trace& trace, Bytes granularity,
+                                             std::size_t series_points) {
   if (name == "ideal") return ideal_result(trace, granularity);
-  if (name == "ideal_cache") return ideal_cache_result(trace, granularity);
+  if (name == "ideal_cache") return ideal_cache_result(trace, granularity, series_points);
   return std::nullopt;
 }
 

@@ -84,12 +84,16 @@ std::string overhead_chart(const std::vector<report::TraceGroup>& groups, const 
   // the next best thing, and the chart says which one it shows.
   bool with_min_capacity = false;
   for (const report::TraceGroup& group : groups) {
-    for (const ReplayResult* result : group.results) with_min_capacity = with_min_capacity || result->overhead;
+    // The reference lines always have one: only a replay's says whether --min-capacity ran.
+    for (const ReplayResult* result : group.results) {
+      with_min_capacity = with_min_capacity || (!report::is_reference(*result) && result->overhead);
+    }
   }
   std::vector<report::BarGroup> bars;
   for (const report::TraceGroup& group : groups) {
     report::BarGroup bar_group{group.trace, {}};
     for (const ReplayResult* result : group.results) {
+      if (result->allocator == "ideal_cache") continue;  // its peaks and min_capacity are ideal's: one grey bar
       bar_group.bars.push_back({result->allocator, color_of(result->allocator, order),
                                 with_min_capacity ? result->overhead : report::reserved_overhead(*result)});
     }
@@ -113,6 +117,7 @@ std::string trace_chart(const report::TraceGroup& group, const std::vector<std::
     if (result->series.empty()) continue;
     if (with_series == nullptr || result->series.size() > with_series->series.size()) with_series = result;
     report::ChartLine line{fmt::format("reserved: {}", result->allocator), color_of(result->allocator, order), {}};
+    line.dashed = report::is_reference(*result);
     for (const SeriesPoint& point : result->series) {
       line.points.emplace_back(static_cast<double>(point.event), static_cast<double>(point.reserved));
     }
@@ -171,8 +176,9 @@ std::string format_html_report(std::span<const ReplayResult> results, const Html
   html += overhead_chart(groups, order);
   html +=
       "<h2>Allocated and reserved over time</h2>\n<p>Live requested bytes (dashed) and the physical bytes each "
-      "allocator holds from the device, sampled over the trace's events. A cross marks where a replay ran out "
-      "of memory.</p>\n";
+      "allocator holds from the device, sampled over the trace's events; ideal_cache (grey, dashed) is the "
+      "most bytes live so far, the least any allocator that keeps its pages can hold. A cross marks where a "
+      "replay ran out of memory.</p>\n";
   for (const report::TraceGroup& group : groups) html += trace_chart(group, order);
   html += definitions;
   return html + "</body>\n</html>\n";

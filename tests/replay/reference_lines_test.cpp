@@ -50,6 +50,19 @@ TEST(ReferenceLines, IdealCacheReservesTheMostLiveAndReportsTheFloor) {
   EXPECT_DOUBLE_EQ(ideal_result(rise_and_fall(), 2 * MiB).avg_frag, 0.0);
 }
 
+TEST(ReferenceLines, IdealCacheKeepsASeriesOfTheMostLiveSoFar) {
+  const ReplayResult line = ideal_cache_result(rise_and_fall(), 2 * MiB, 5);
+  // As a replay samples: after the initial blocks (event 0), then after events 0 to 4.
+  ASSERT_EQ(line.series.size(), 6U);
+  const Bytes live[] = {0, 4 * MiB, 6 * MiB, 2 * MiB, 0, 1 * MiB};
+  const Bytes held[] = {0, 4 * MiB, 6 * MiB, 6 * MiB, 6 * MiB, 6 * MiB};
+  for (std::size_t i = 0; i < line.series.size(); ++i) {
+    EXPECT_EQ(line.series[i].allocated, live[i]) << i;
+    EXPECT_EQ(line.series[i].reserved, held[i]) << i;
+  }
+  EXPECT_TRUE(ideal_cache_result(rise_and_fall(), 2 * MiB).series.empty());
+}
+
 TEST(ReferenceLines, AreFoundByNameAndAreNoAllocators) {
   for (std::string_view name : {"ideal", "ideal_cache"}) {
     EXPECT_TRUE(is_reference_line(name));

@@ -67,9 +67,28 @@ TEST(HtmlReport, FootprintOverheadWhenMinCapacityIsUnknown) {
   options.series_points = 10;
   auto replayed = replay(test::small_trace(), options);
   ASSERT_TRUE(replayed.ok());
-  const std::vector<ReplayResult> results{*replayed};
+  // The reference lines always carry a min_capacity: only the replays say whether it was computed.
+  const std::vector<ReplayResult> results{*replayed, ideal_result(test::small_trace(), options.granularity),
+                                          ideal_cache_result(test::small_trace(), options.granularity)};
   const std::string html = format_html_report(results);
   EXPECT_NE(html.find("peak_reserved / peak_allocated - 1 (min_capacity not computed)"), std::string::npos);
+}
+
+TEST(HtmlReport, IdealCacheIsADashedLineAndNoBarOfItsOwn) {
+  ReplayOptions options;
+  options.series_points = 10;
+  auto replayed = replay(test::small_trace(), options);
+  ASSERT_TRUE(replayed.ok());
+  const std::vector<ReplayResult> results{*replayed, ideal_result(test::small_trace(), options.granularity),
+                                          ideal_cache_result(test::small_trace(), options.granularity, 10)};
+  const std::string html = format_html_report(results);
+  EXPECT_EQ(count(html, "<polyline"), 3U);  // reserved for tessera and ideal_cache, and allocated
+  EXPECT_EQ(count(html, "stroke-dasharray"), 2U) << "allocated and ideal_cache are dashed";
+  EXPECT_NE(html.find("reserved: ideal_cache"), std::string::npos);
+  const auto bars = html.find("<h2>Overhead");
+  const auto lines = html.find("<h2>Allocated");
+  ASSERT_LT(bars, lines);
+  EXPECT_EQ(html.substr(bars, lines - bars).find("ideal_cache"), std::string::npos) << "its bar would be ideal's";
 }
 
 TEST(HtmlReport, WithoutSeriesSaysSo) {

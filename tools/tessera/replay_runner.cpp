@@ -64,7 +64,9 @@ Result<std::vector<ReplayResult>> run_replays(const std::vector<Trace>& traces, 
       const Trace& trace = traces[job / per_trace];
       const std::string& allocator = plan.allocators[job % per_trace];
       Result<ReplayResult> result = [&]() -> Result<ReplayResult> {
-        if (auto reference = reference_result(allocator, trace, plan.options.granularity)) return *reference;
+        if (auto reference = reference_result(allocator, trace, plan.options.granularity, plan.options.series_points)) {
+          return *reference;
+        }
         ReplayOptions options = plan.options;
         options.allocator = allocator;
         return plan.min_capacity ? replay_with_min_capacity(trace, options) : replay(trace, options);
