@@ -62,26 +62,25 @@ TEST(HtmlReport, WellFormedEnoughTagBalance) {
   }
 }
 
-TEST(HtmlReport, FootprintOverheadWhenMinCapacityIsUnknown) {
+// One replay without min_capacity, 10 samples, and both reference lines.
+std::vector<ReplayResult> replay_and_reference_lines() {
   ReplayOptions options;
   options.series_points = 10;
   auto replayed = replay(test::small_trace(), options);
-  ASSERT_TRUE(replayed.ok());
+  EXPECT_TRUE(replayed.ok());
+  if (!replayed) return {};
+  return {*replayed, ideal_result(test::small_trace(), options.granularity),
+          ideal_cache_result(test::small_trace(), options.granularity, options.series_points)};
+}
+
+TEST(HtmlReport, FootprintOverheadWhenMinCapacityIsUnknown) {
   // The reference lines always carry a min_capacity: only the replays say whether it was computed.
-  const std::vector<ReplayResult> results{*replayed, ideal_result(test::small_trace(), options.granularity),
-                                          ideal_cache_result(test::small_trace(), options.granularity)};
-  const std::string html = format_html_report(results);
+  const std::string html = format_html_report(replay_and_reference_lines());
   EXPECT_NE(html.find("peak_reserved / peak_allocated - 1 (min_capacity not computed)"), std::string::npos);
 }
 
 TEST(HtmlReport, IdealCacheIsADashedLineAndNoBarOfItsOwn) {
-  ReplayOptions options;
-  options.series_points = 10;
-  auto replayed = replay(test::small_trace(), options);
-  ASSERT_TRUE(replayed.ok());
-  const std::vector<ReplayResult> results{*replayed, ideal_result(test::small_trace(), options.granularity),
-                                          ideal_cache_result(test::small_trace(), options.granularity, 10)};
-  const std::string html = format_html_report(results);
+  const std::string html = format_html_report(replay_and_reference_lines());
   EXPECT_EQ(count(html, "<polyline"), 3U);  // reserved for tessera and ideal_cache, and allocated
   EXPECT_EQ(count(html, "stroke-dasharray"), 2U) << "allocated and ideal_cache are dashed";
   EXPECT_NE(html.find("reserved: ideal_cache"), std::string::npos);
