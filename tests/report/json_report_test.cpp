@@ -69,14 +69,20 @@ TEST(JsonReport, EveryFieldInOrderWithItsType) {
   ASSERT_TRUE(tessera["calls_per_iteration"].is_array());
   EXPECT_EQ(tessera["calls_per_iteration"].size(), 2U);  // the trace marks two iterations
 
-  // The reference line has no driver: its driver figures are not computed.
+  // The reference lines have no driver: their driver figures are not computed.
   const json& ideal = document["results"][1];
   EXPECT_EQ(ideal["allocator"], "ideal");
-  for (const char* none :
-       {"driver", "driver_calls", "driver_time_us", "syncs", "host_ns_per_op", "calls_per_iteration"}) {
-    EXPECT_TRUE(ideal[none].is_null()) << none;
+  const std::vector<ReplayResult> cache_line{ideal_cache_result(test::small_trace(), 2 * MiB)};
+  const json ideal_cache = json::parse(format_json_report(cache_line))["results"][0];
+  EXPECT_EQ(ideal_cache["allocator"], "ideal_cache");
+  for (const json* line : {&ideal, &ideal_cache}) {
+    for (const char* none :
+         {"driver", "driver_calls", "driver_time_us", "syncs", "host_ns_per_op", "calls_per_iteration"}) {
+      EXPECT_TRUE((*line)[none].is_null()) << (*line)["allocator"] << ": " << none;
+    }
+    EXPECT_EQ((*line)["peak_reserved"], (*line)["peak_allocated"]);
   }
-  EXPECT_EQ(ideal["peak_reserved"], ideal["peak_allocated"]);
+  EXPECT_GT(ideal_cache["avg_frag"].get<double>(), 0.0) << "live bytes fall after their peak";
 }
 
 TEST(JsonReport, NullWhereMinCapacityWasNotComputedAndCapacityWhenSet) {
