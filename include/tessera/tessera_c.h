@@ -9,7 +9,9 @@
  *   3. the entry point: tessera_alloc and its hooks use cuda, tessera_npu_alloc and its hooks use ascend.
  * The allocator's configuration comes from tessera_configure or TESSERA_ALLOC_CONF (`key:value,...`,
  * docs/allocator.md). Other environment variables: TESSERA_CAPACITY (host and sim drivers: the device's
- * capacity, e.g. "8GiB"; default 1 GiB for host, 80 GiB for sim), TESSERA_CUDA_LIBRARY and
+ * capacity, e.g. "8GiB"; default 1 GiB for host, 80 GiB for sim; a whole number of 2 MiB granules, at most
+ * 16 TiB with virtual_factor 2, 32 TiB / virtual_factor in general, so that the address space the allocator
+ * reserves fits: docs/pytorch.md), TESSERA_CUDA_LIBRARY and
  * TESSERA_ASCEND_LIBRARY (the platform library to load instead of libcuda.so.1 and libascendcl.so).
  *
  * Errors: the allocation functions return NULL and the others return -1 (or NULL for strings) on failure,
@@ -50,7 +52,8 @@ TESSERA_C_API void* tessera_alloc(size_t size, int device, void* stream);
  * from C++ only. */
 TESSERA_C_API void* tessera_torch_alloc(size_t size, int device, void* stream);
 /* Frees memory from tessera_alloc. NULL is ignored. A pointer this library did not hand out on `device`
- * changes nothing and leaves a message (it is counted as "tessera.bad_frees"). `size` is not needed. */
+ * changes nothing and leaves a message (it is counted as "tessera.bad_frees"); so does a device out of range,
+ * and the message says so. `size` is not needed. */
 TESSERA_C_API void tessera_free(void* ptr, size_t size, int device, void* stream);
 /* Optional hooks (CUDAPluggableAllocator.set_init_fn, set_reset_fn, set_memory_fraction_fn,
  * set_record_stream_fn). init creates nothing: allocators are created on first use. */
@@ -82,7 +85,8 @@ TESSERA_C_API void tessera_npu_record_stream(void* ptr, void* stream);
 TESSERA_C_API int tessera_configure(const char* driver, const char* alloc_conf);
 /* The driver in use ("" before the first allocator exists). */
 TESSERA_C_API const char* tessera_driver_name(void);
-/* 1 when the allocator of `device` exists, else 0. */
+/* 1 when the allocator of `device` exists, else 0; -1 and a message for a device out of range (below 0, or
+ * 64 and above). */
 TESSERA_C_API int tessera_has_allocator(int device);
 TESSERA_C_API const char* tessera_version(void);
 
@@ -140,7 +144,9 @@ TESSERA_C_API const char* tessera_memory_summary(int device);
  * forgets. */
 TESSERA_C_API int tessera_record_memory_history(size_t max_entries);
 /* Writes the history and the current segments of `device` as a PyTorch snapshot file (a pickle that
- * pytorch.org/memory_viz opens; gzip when the path ends in ".gz"). -1 when the device has no allocator. */
+ * pytorch.org/memory_viz opens; gzip when the path ends in ".gz"). Without a history and without a live block
+ * it is the segments alone (those no block reached are left out) and no event. -1 when the device has no
+ * allocator. */
 TESSERA_C_API int tessera_dump_snapshot(const char* path, int device);
 
 #ifdef __cplusplus

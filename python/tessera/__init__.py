@@ -14,12 +14,14 @@ allocator. docs/pytorch.md is the guide.
 """
 
 import json
+import operator
 import sys
 
-from tessera._lib import TesseraError, encode, fail, last_error, library
+from tessera._lib import TesseraError, TesseraValueError, encode, fail, last_error, library
 
 __all__ = [
     "TesseraError",
+    "TesseraValueError",
     "configure",
     "driver",
     "dump_snapshot",
@@ -34,8 +36,24 @@ __all__ = [
 ]
 
 
-def _device_index(device):
-    """0, 1, ... from an int, None (0), "cuda:1", "npu:0", "cpu", or a torch.device."""
+_MAX_DEVICES = 64  # max_devices of the C ABI (src/capi/registry.hpp)
+
+
+def _device_index(device, function):
+    """0, 1, ... from an int, None (0), "cuda:1", "npu:0", "cpu", or a torch.device; TesseraValueError naming
+    `function` and the device for anything else. The C ABI refuses an index out of its range, naming the range."""
+    try:
+        index = _parse_device(device)
+    except (TypeError, ValueError):
+        raise TesseraValueError(f"tessera.{function}: unknown device {device!r}: expected an index (0, 1, ...), "
+                                "'cuda:N', 'npu:N', 'cpu' or a torch.device") from None
+    if not -(2**31) <= index < 2**31:  # ctypes would wrap it into a C int, maybe a valid device
+        raise TesseraValueError(f"tessera.{function}: device {index} is out of range: Tessera serves devices 0 to "
+                                f"{_MAX_DEVICES - 1}")
+    return index
+
+
+def _parse_device(device):
     if device is None:
         return 0
     index = getattr(device, "index", None)  # torch.device
@@ -65,7 +83,11 @@ def driver():
 
 
 def has_allocator(device=0):
-    return library().tessera_has_allocator(_device_index(device)) == 1
+    """Whether the allocator of the device exists (it is created by the device's first allocation)."""
+    found = library().tessera_has_allocator(_device_index(device, "has_allocator"))
+    if found < 0:
+        fail("tessera_has_allocator")
+    return found == 1
 
 
 def version():
@@ -83,7 +105,7 @@ def memory_stats(device=0):
     """A dict with PyTorch's memory_stats() keys ("allocated_bytes.all.current", "reserved_bytes.all.peak",
     "allocation.all.allocated", "num_ooms", ...) and Tessera's own under "tessera." ("tessera.driver",
     "tessera.stitches", ...). All zero before the device's first allocation."""
-    text = library().tessera_memory_stats_json(_device_index(device))
+    text = library().tessera_memory_stats_json(_device_index(device, "memory_stats"))
     if text is None:
         fail("tessera_memory_stats_json")
     return json.loads(text)
@@ -91,7 +113,7 @@ def memory_stats(device=0):
 
 def memory_summary(device=0):
     """A text table of the statistics, like torch.cuda.memory_summary()."""
-    text = library().tessera_memory_summary(_device_index(device))
+    text = library().tessera_memory_summary(_device_index(device, "memory_summary"))
     if text is None:
         fail("tessera_memory_summary")
     return text.decode()
@@ -104,9 +126,19 @@ def empty_cache():
 
 def record_memory_history(enabled=True, max_entries=100000):
     """Records the newest `max_entries` allocs and frees of every device (like
-    torch.cuda.memory._record_memory_history). enabled None or False stops and forgets. Stack traces are not
-    recorded."""
-    entries = 0 if enabled in (None, False) else int(max_entries)
+    torch.cuda.memory._record_memory_history). enabled None or False, or max_entries 0, stops and forgets.
+    max_entries is a whole number, 0 or more: anything else raises TesseraValueError naming it. Stack traces are
+    not recorded."""
+    entries = 0
+    if enabled not in (None, False):
+        try:
+            entries = operator.index(max_entries)
+        except TypeError:
+            raise TesseraValueError(f"tessera.record_memory_history: max_entries={max_entries!r} is not a whole "
+                                    "number of entries") from None
+        if entries < 0:  # ctypes would pass it on as 2^64 - |max_entries|
+            raise TesseraValueError(f"tessera.record_memory_history: max_entries={max_entries!r} is negative: "
+                                    "expected the number of entries to keep, 0 or more (0 stops and forgets)")
     entries = min(entries, sys.maxsize)
     if library().tessera_record_memory_history(entries) != 0:
         fail("tessera_record_memory_history")
@@ -116,5 +148,5 @@ def dump_snapshot(path, device=0):
     """Writes the recorded history and the device's current segments as a PyTorch snapshot (a pickle that
     https://pytorch.org/memory_viz opens; gzip when the path ends in .gz). Raises TesseraError when the device
     has no allocator yet."""
-    if library().tessera_dump_snapshot(encode(str(path)), _device_index(device)) != 0:
+    if library().tessera_dump_snapshot(encode(str(path)), _device_index(device, "dump_snapshot")) != 0:
         fail("tessera_dump_snapshot")

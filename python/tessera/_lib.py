@@ -24,6 +24,11 @@ class TesseraError(RuntimeError):
     """A failure reported by Tessera; the message names what is wrong."""
 
 
+class TesseraValueError(TesseraError, ValueError):
+    """A bad argument (a device that names none, a negative max_entries): a TesseraError like every failure of
+    the package, and a ValueError as Python's own functions raise for a bad value."""
+
+
 def _candidates():
     explicit = os.environ.get("TESSERA_LIBRARY")
     if explicit:

@@ -38,11 +38,16 @@ def enable(device="cuda", conf=None, driver=None):
     On cuda and npu it must come before PyTorch's first allocation on the device: PyTorch cannot swap an
     allocator that has served memory, and enable() raises TesseraError saying so. On cpu, tensors allocated
     before keep their allocator; new ones come from Tessera. Raises TesseraError naming any other problem (a bad
-    configuration key, no CUDAPluggableAllocator in this PyTorch, no libtessera_c.so). Calling it again for the
-    same device changes nothing.
+    configuration key, no CUDAPluggableAllocator in this PyTorch, no libtessera_c.so).
+
+    Calling it again for the same device changes nothing when conf and driver are None or name what is in use (a
+    configuration is compared by its values, not its text). Other settings are checked as configure() checks
+    them: once the allocator exists (on cpu, from the first enable) that is TesseraError "too late to change the
+    configuration" (or to choose the driver); before, they apply to the allocator still to be created.
     """
     kind = _device_type(device)
     if kind in _enabled:
+        _enable_again(kind, conf, driver)
         return _enabled[kind]
     if kind == "cuda":
         allocator = _enable_cuda(conf, driver)
@@ -59,6 +64,22 @@ def _device_type(device):
     if kind not in ("cuda", "npu", "cpu"):
         raise TesseraError(f"tessera.torch.enable: unknown device {device!r}: expected 'cuda', 'npu' or 'cpu'")
     return kind
+
+
+def _enable_again(kind, conf, driver):
+    """A second enable() never ignores its settings: the same are accepted, others refused as too late."""
+    if kind == "cpu":
+        _check_cpu_driver(driver)
+    if conf is None and driver is None:
+        return
+    lib = _lib.library()
+    if lib.tessera_configure(_lib.encode(driver), _lib.encode(conf)) != 0:
+        raise TesseraError(f"tessera.torch.enable({kind!r}): {_lib.last_error()}")
+
+
+def _check_cpu_driver(driver):
+    if driver not in (None, "host"):
+        raise TesseraError(f"tessera.torch.enable('cpu') runs on the host driver only, not {driver!r}")
 
 
 def _configure(driver, conf):
@@ -139,8 +160,7 @@ def _cpu_library_path():
 
 
 def _enable_cpu(conf, driver):
-    if driver not in (None, "host"):
-        raise TesseraError(f"tessera.torch.enable('cpu') runs on the host driver only, not {driver!r}")
+    _check_cpu_driver(driver)
     _lib.library()  # load libtessera_c.so first: the CPU library then binds to this same copy
     path = _cpu_library_path()
     try:

@@ -1,4 +1,6 @@
 // The configuration functions of tessera_c.h: the driver and allocator settings, and what is in use.
+#include <fmt/format.h>
+
 #include <string>
 
 #include "capi/guard.hpp"
@@ -31,7 +33,15 @@ const char* tessera_driver_name(void) {
   });
 }
 
-int tessera_has_allocator(int device) { return existing_device(device) != nullptr ? 1 : 0; }
+int tessera_has_allocator(int device) {
+  return guarded("tessera_has_allocator", -1, [&] {
+    if (device < 0 || device >= max_devices) {
+      set_last_error(fmt::format("tessera_has_allocator: {}", device_out_of_range(device).message));
+      return -1;
+    }
+    return existing_device(device) != nullptr ? 1 : 0;
+  });
+}
 
 const char* tessera_version(void) { return TESSERA_VERSION_STRING; }
 

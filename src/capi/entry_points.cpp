@@ -64,6 +64,11 @@ bool holds_live_block(const Device& device, Address address) {
 void release(std::string_view function, void* ptr, int device) {
   if (ptr == nullptr) return;
   guarded_void(function, [&] {
+    if (device < 0 || device >= max_devices) {  // not "not a live block": no device of that number exists
+      set_last_error(fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr, device,
+                                 device_out_of_range(device).message));
+      return;
+    }
     const auto address = static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr));
     Device* owner = existing_device(device);
     if (owner != nullptr) {

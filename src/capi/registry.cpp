@@ -63,10 +63,36 @@ Result<AllocatorConfig> resolve_config() {
   return allocator_config_from_environment();
 }
 
-// "8GiB", "512MiB", "1073741824": TESSERA_CAPACITY for the host and sim drivers.
-Result<std::optional<Bytes>> capacity_from_environment() {
+// A size as TESSERA_CAPACITY takes it: in the largest unit that divides it ("16TiB", "2MiB", "4097").
+std::string size_text(Bytes bytes) {
+  constexpr std::array<std::pair<std::string_view, Bytes>, 4> units{
+      {{"TiB", GiB * 1024}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}}};
+  for (const auto& [name, size] : units) {
+    if (bytes != 0 && bytes % size == 0) return fmt::format("{}{}", bytes / size, name);
+  }
+  return std::to_string(bytes);
+}
+
+// x86-64 gives a process 2^47 bytes of user address space (CUDA's unified addresses share it; the sim driver
+// is held to the same). The allocator reserves virtual_factor x the capacity for each pool, small and large, of
+// every stream (its region span): one stream's two reservations may take half of that space, leaving the rest
+// to the process's own mappings and to other streams. Above that, every allocation would fail as out of memory.
+constexpr Bytes user_address_space = Bytes{1} << 47;
+constexpr Bytes pools_per_stream = 2;
+
+Bytes largest_capacity(Bytes granule, unsigned virtual_factor) {
+  return user_address_space / 2 / (pools_per_stream * virtual_factor) / granule * granule;
+}
+
+// "8GiB", "512MiB", "1073741824": TESSERA_CAPACITY for the host and sim drivers, checked against the driver's
+// granule and the address space the allocator will reserve for it.
+Result<std::optional<Bytes>> capacity_from_environment(std::string_view driver, Bytes granule,
+                                                       unsigned virtual_factor) {
   auto text = environment("TESSERA_CAPACITY");
   if (!text) return std::optional<Bytes>{};
+  auto refuse = [&](std::string_view why) {
+    return make_error(Errc::invalid_argument, fmt::format("TESSERA_CAPACITY: bad value '{}': {}", *text, why));
+  };
   std::uint64_t number = 0;
   const char* end = text->data() + text->size();
   auto [stop, failure] = std::from_chars(text->data(), end, number);
@@ -74,16 +100,35 @@ Result<std::optional<Bytes>> capacity_from_environment() {
   constexpr std::array<std::pair<std::string_view, Bytes>, 5> units{
       {{"", 1}, {"KiB", KiB}, {"MiB", MiB}, {"GiB", GiB}, {"TiB", GiB * 1024}}};
   const auto* match = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == unit; });
-  if (failure != std::errc{} || match == units.end() || number == 0 || number > ~Bytes{0} / match->second) {
-    return make_error(Errc::invalid_argument,
-                      fmt::format("TESSERA_CAPACITY: bad value '{}': expected a positive number of bytes with an "
-                                  "optional unit KiB, MiB, GiB or TiB, such as 8GiB",
-                                  *text));
+  const bool digits = failure == std::errc{} || failure == std::errc::result_out_of_range;
+  if (!digits || match == units.end() || (failure == std::errc{} && number == 0)) {
+    return refuse("expected a positive number of bytes with an optional unit KiB, MiB, GiB or TiB, such as 8GiB");
   }
-  return std::optional<Bytes>{number * match->second};
+  const Bytes limit = largest_capacity(granule, virtual_factor);
+  if (failure == std::errc::result_out_of_range || number > limit / match->second) {
+    return refuse(fmt::format("too large for the address space: the allocator reserves virtual_factor ({}) x the "
+                              "capacity for each of the {} pools (small, large) of every stream, and one stream's "
+                              "reservations may take half of a process's {} (2^47 bytes, x86-64); at most {} with "
+                              "virtual_factor {} (TESSERA_ALLOC_CONF; a smaller one allows more)",
+                              virtual_factor, pools_per_stream, size_text(user_address_space), size_text(limit),
+                              virtual_factor));
+  }
+  const Bytes capacity = number * match->second;
+  if (capacity < granule) {
+    return refuse(fmt::format("below one granule: the {} driver maps memory in granules of {}, and the capacity is "
+                              "a whole number of them, such as {}",
+                              driver, size_text(granule), size_text(granule)));
+  }
+  if (capacity % granule != 0) {
+    const Bytes below = capacity / granule * granule;
+    return refuse(fmt::format("not a whole number of granules: the {} driver maps memory in granules of {}; such "
+                              "as {} or {}",
+                              driver, size_text(granule), size_text(below), size_text(below + granule)));
+  }
+  return std::optional<Bytes>{capacity};
 }
 
-Result<std::unique_ptr<Driver>> make_device_driver(const std::string& name, int index) {
+Result<std::unique_ptr<Driver>> make_device_driver(const std::string& name, int index, const AllocatorConfig& config) {
   if (name == "cuda") {
     CudaDriverOptions options;
     options.device = index;
@@ -96,15 +141,17 @@ Result<std::unique_ptr<Driver>> make_device_driver(const std::string& name, int 
     if (auto library = environment("TESSERA_ASCEND_LIBRARY")) options.library = *library;
     return make_ascend_driver(options);
   }
-  auto capacity = capacity_from_environment();
-  if (!capacity) return std::move(capacity).error();
   if (name == "host") {
     HostDriverOptions options;
+    auto capacity = capacity_from_environment(name, options.granularity, config.virtual_factor);
+    if (!capacity) return std::move(capacity).error();
     if (*capacity) options.capacity = **capacity;
     return make_host_driver(options);
   }
   if (name == "sim") {
     SimDriverOptions options;
+    auto capacity = capacity_from_environment(name, options.granularity, config.virtual_factor);
+    if (!capacity) return std::move(capacity).error();
     if (*capacity) options.capacity = **capacity;
     auto sim = make_sim_driver(options);
     if (!sim) return std::move(sim).error();
@@ -121,7 +168,7 @@ Result<Device*> create_device(int index, Platform platform) {
   auto device = std::make_unique<Device>();
   device->index = index;
   device->driver_name = *name;
-  auto driver = make_device_driver(*name, index);
+  auto driver = make_device_driver(*name, index, *config);
   if (!driver) {
     Error error = std::move(driver).error();
     error.message = fmt::format("cannot start the {} driver for device {}: {}", *name, index, error.message);

@@ -494,7 +494,8 @@ Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vecto
   if (!addresses.empty() && addresses.size() != trace.block_count) {
     return invalid(fmt::format("{} addresses for {} blocks", addresses.size(), trace.block_count));
   }
-  if (options.state != nullptr && addresses.empty()) {
+  // A trace without blocks (no history, nothing live) needs no addresses: its snapshot is the state's segments.
+  if (options.state != nullptr && addresses.empty() && trace.block_count > 0) {
     return invalid("an allocator state needs the addresses of the replay it ended");
   }
   Result<int> device = device_of(trace, options);

@@ -241,6 +241,65 @@ TEST(CApiHost, DevicesOutOfRangeAreRefused) {
   });
 }
 
+// Every entry point that takes a device says when it is out of range, with the range, and changes nothing.
+TEST(CApiHost, EveryEntryPointNamesADeviceOutOfRangeAndTheRange) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    void* block = tessera_alloc(4096, 0, nullptr);
+    ASSERT_NE(block, nullptr) << last_error();
+    const auto path = temporary_path("out-of-range.pickle");
+    for (const int device : {-1, 64, 1000}) {
+      const std::string named = "device " + std::to_string(device) + " is out of range";
+      auto expect_refused = [&](const char* function) {
+        const std::string message = last_error();
+        EXPECT_TRUE(contains(message, function)) << message;
+        EXPECT_TRUE(contains(message, named)) << function << ": " << message;
+        EXPECT_TRUE(contains(message, "devices 0 to 63")) << function << ": " << message;
+        EXPECT_FALSE(contains(message, "not a live block")) << function << ": " << message;
+        tessera_clear_error();
+      };
+      EXPECT_EQ(tessera_alloc(100, device, nullptr), nullptr);
+      expect_refused("tessera_alloc");
+      EXPECT_EQ(tessera_npu_alloc(100, device, nullptr), nullptr);
+      expect_refused("tessera_npu_alloc");
+      for (auto* torch_alloc : {&tessera_torch_alloc, &tessera_torch_npu_alloc}) {
+        try {
+          (void)torch_alloc(100, device, nullptr);
+          ADD_FAILURE() << "no exception";
+        } catch (const std::runtime_error& error) {
+          EXPECT_TRUE(contains(error.what(), named)) << error.what();
+        }
+        tessera_clear_error();
+      }
+      tessera_free(block, 4096, device, nullptr);
+      expect_refused("tessera_free");
+      tessera_npu_free(block, 4096, device, nullptr);
+      expect_refused("tessera_npu_free");
+      tessera_set_memory_fraction(0.5, device);
+      expect_refused("tessera_set_memory_fraction");
+      tessera_npu_set_memory_fraction(0.5, device);
+      expect_refused("tessera_npu_set_memory_fraction");
+      tessera_memory_stats stats{};
+      EXPECT_EQ(tessera_get_memory_stats(device, &stats), -1);
+      expect_refused("tessera_get_memory_stats");
+      EXPECT_EQ(tessera_memory_stats_json(device), nullptr);
+      expect_refused("tessera_memory_stats_json");
+      EXPECT_EQ(tessera_memory_summary(device), nullptr);
+      expect_refused("tessera_memory_summary");
+      EXPECT_EQ(tessera_dump_snapshot(path.c_str(), device), -1);
+      expect_refused("tessera_dump_snapshot");
+      EXPECT_EQ(tessera_has_allocator(device), -1);
+      expect_refused("tessera_has_allocator");
+    }
+    EXPECT_EQ(stats_of(0).allocations, 1U) << "no refused free freed the block";
+    EXPECT_EQ(stats_of(0).bad_frees, 0U);
+    tessera_free(block, 4096, 0, nullptr);
+    EXPECT_STREQ(tessera_last_error(), "");
+    EXPECT_EQ(tessera_has_allocator(0), 1);
+    EXPECT_EQ(tessera_has_allocator(63), 0);
+    EXPECT_STREQ(tessera_last_error(), "") << "a device in range without an allocator is no error";
+  });
+}
+
 TEST(CApiHost, StatsJsonHasPyTorchsKeysAndAgreesWithTheStruct) {
   in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
     Json before = stats_json(0);
@@ -309,6 +368,47 @@ TEST(CApiHost, TheHistoryWritesASnapshotThatTesserasReaderReadsBack) {
     for (std::size_t i = 1; i < 10; i += 2) tessera_free(blocks[i], (i + 1) * 10000, 0, nullptr);
     EXPECT_EQ(tessera_dump_snapshot("/nonexistent-directory/x.pickle", 0), -1);
     EXPECT_TRUE(contains(last_error(), "/nonexistent-directory/x.pickle")) << last_error();
+  });
+}
+
+// Without a history and without a live block, the snapshot is the segments alone: a file both readers read,
+// with no event.
+TEST(CApiHost, ASnapshotWithoutHistoryOrLiveBlocksIsWrittenAndReadsBack) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    const auto path = temporary_path("capi-no-history.pickle");
+    auto expect_empty_snapshot = [&](const char* when) {
+      ASSERT_EQ(tessera_dump_snapshot(path.c_str(), 0), 0) << when << ": " << last_error();
+      auto trace = tessera::read_pytorch_snapshot(path);
+      ASSERT_TRUE(trace.ok()) << when << ": " << tessera::describe(trace.error());
+      const tessera::TraceSummary summary = tessera::summarize(*trace);
+      EXPECT_EQ(summary.allocs, 0U) << when;
+      EXPECT_EQ(summary.frees, 0U) << when;
+      EXPECT_EQ(summary.live_blocks_at_end, 0U) << when;
+      std::filesystem::remove(path);
+    };
+    tessera_set_memory_fraction(1.0, 0);  // creates the allocator, allocates nothing
+    ASSERT_EQ(tessera_has_allocator(0), 1) << last_error();
+    expect_empty_snapshot("a fresh allocator");
+    void* block = tessera_alloc(3 << 20, 0, nullptr);
+    void* small = tessera_alloc(1000, 0, nullptr);
+    ASSERT_TRUE(block && small) << last_error();
+    tessera_free(block, 0, 0, nullptr);
+    tessera_free(small, 0, 0, nullptr);
+    expect_empty_snapshot("after an alloc and a free");
+    // History recorded, then stopped (and forgotten): the same.
+    ASSERT_EQ(tessera_record_memory_history(100), 0) << last_error();
+    tessera_free(tessera_alloc(5000, 0, nullptr), 0, 0, nullptr);
+    ASSERT_EQ(tessera_record_memory_history(0), 0) << last_error();
+    expect_empty_snapshot("after the history was stopped");
+    // A live block without a history is an initial block of the snapshot.
+    void* live = tessera_alloc(7000, 0, nullptr);
+    ASSERT_NE(live, nullptr) << last_error();
+    ASSERT_EQ(tessera_dump_snapshot(path.c_str(), 0), 0) << last_error();
+    auto trace = tessera::read_pytorch_snapshot(path);
+    ASSERT_TRUE(trace.ok()) << tessera::describe(trace.error());
+    EXPECT_EQ(tessera::summarize(*trace).live_blocks_at_end, 1U);
+    std::filesystem::remove(path);
+    tessera_free(live, 0, 0, nullptr);
   });
 }
 
@@ -422,6 +522,75 @@ TEST(CApiSettings, ABadCapacityIsNamed) {
   in_fresh_process({{"TESSERA_DRIVER", "sim"}, {"TESSERA_CAPACITY", "lots"}}, [] {
     EXPECT_EQ(tessera_alloc(1000, 0, nullptr), nullptr);
     EXPECT_TRUE(contains(last_error(), "TESSERA_CAPACITY: bad value 'lots'")) << last_error();
+  });
+}
+
+// TESSERA_CAPACITY is a whole number of the driver's 2 MiB granules; every refusal names the variable and why.
+TEST(CApiSettings, ACapacityThatIsNoWholeNumberOfGranulesIsRefusedNamingTesseraCapacity) {
+  for (const char* driver : {"host", "sim"}) {
+    for (const auto& [value, why] : std::vector<std::pair<std::string, std::string>>{
+             {"1", "below one granule"},
+             {"4096", "below one granule"},
+             {"1KiB", "below one granule"},
+             {"3MiB", "not a whole number of granules"},
+             {"1073741825", "not a whole number of granules"}}) {
+      in_fresh_process({{"TESSERA_DRIVER", driver}, {"TESSERA_CAPACITY", value}}, [&] {
+        EXPECT_EQ(tessera_alloc(1, 0, nullptr), nullptr) << value;
+        const std::string message = last_error();
+        EXPECT_TRUE(contains(message, "TESSERA_CAPACITY: bad value '" + value + "'")) << message;
+        EXPECT_TRUE(contains(message, why)) << message;
+        EXPECT_TRUE(contains(message, "2MiB")) << "names the granule: " << message;
+        EXPECT_EQ(tessera_has_allocator(0), 0);
+      });
+    }
+  }
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "3MiB"}}, [] {
+    EXPECT_EQ(tessera_alloc(1, 0, nullptr), nullptr);
+    EXPECT_TRUE(contains(last_error(), "2MiB or 4MiB")) << "the neighbours: " << last_error();
+  });
+}
+
+// The allocator reserves virtual_factor x capacity of address space for each pool (small, large) of a stream:
+// a capacity whose reservations cannot fit in x86-64's 2^47 bytes of user space is refused, naming the limit,
+// rather than failing every allocation as out of memory (or wrapping the host driver's arithmetic).
+TEST(CApiSettings, ACapacityBeyondTheAddressSpaceIsRefusedNamingTheLimit) {
+  for (const char* driver : {"host", "sim"}) {
+    for (const std::string value : {"64TiB", "17TiB", "8388608TiB", "9223372036854775808", "18446744073709551615",
+                                    "99999999999999999999", "20000000TiB"}) {
+      in_fresh_process({{"TESSERA_DRIVER", driver}, {"TESSERA_CAPACITY", value}}, [&] {
+        EXPECT_EQ(tessera_alloc(1, 0, nullptr), nullptr) << value;
+        const std::string message = last_error();
+        EXPECT_TRUE(contains(message, "TESSERA_CAPACITY: bad value '" + value + "'")) << message;
+        EXPECT_TRUE(contains(message, "address space")) << message;
+        EXPECT_TRUE(contains(message, "virtual_factor (2)")) << message;
+        EXPECT_TRUE(contains(message, "at most 16TiB")) << message;
+        EXPECT_FALSE(contains(message, "out of memory")) << message;
+        EXPECT_EQ(tessera_has_allocator(0), 0);
+      });
+    }
+  }
+  // The limit follows virtual_factor.
+  in_fresh_process({{"TESSERA_DRIVER", "sim"}, {"TESSERA_CAPACITY", "17TiB"}, {"TESSERA_ALLOC_CONF", "virtual_factor:1"}},
+                   [] {
+                     void* block = tessera_alloc(1, 0, nullptr);
+                     EXPECT_NE(block, nullptr) << "17 TiB fits with virtual_factor 1: " << last_error();
+                     tessera_free(block, 0, 0, nullptr);
+                   });
+  in_fresh_process({{"TESSERA_DRIVER", "sim"}, {"TESSERA_CAPACITY", "1TiB"}, {"TESSERA_ALLOC_CONF", "virtual_factor:64"}},
+                   [] {
+                     EXPECT_EQ(tessera_alloc(1, 0, nullptr), nullptr);
+                     EXPECT_TRUE(contains(last_error(), "virtual_factor (64)")) << last_error();
+                     EXPECT_TRUE(contains(last_error(), "at most 512GiB")) << last_error();
+                   });
+  // At the limit both pools' reservations are made and used.
+  in_fresh_process({{"TESSERA_DRIVER", "sim"}, {"TESSERA_CAPACITY", "16TiB"}}, [] {
+    void* small = tessera_alloc(1000, 0, nullptr);
+    void* large = tessera_alloc(std::size_t{1} << 30, 0, nullptr);
+    EXPECT_NE(small, nullptr) << last_error();
+    EXPECT_NE(large, nullptr) << last_error();
+    EXPECT_EQ(stats_json(0)["tessera.capacity"], std::uint64_t{16} << 40);
+    tessera_free(small, 0, 0, nullptr);
+    tessera_free(large, 0, 0, nullptr);
   });
 }
 

@@ -114,6 +114,52 @@ class PackageTest(unittest.TestCase):
                 if block["state"] == "active_allocated"]
         self.assertGreaterEqual(len(live), 3)
 
+    def test_a_snapshot_without_history_or_live_blocks_reads_back(self):
+        tessera.record_memory_history(enabled=False)
+        free(allocate(3 << 20))
+        free(allocate(1000))
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "segments-alone.pickle")
+            tessera.dump_snapshot(path)
+            with open(path, "rb") as file:
+                snapshot = pickle.load(file)
+        self.assertIsInstance(snapshot["segments"], list)
+        self.assertEqual(snapshot["device_traces"], [[]])
+        live = [block for segment in snapshot["segments"] for block in segment["blocks"]
+                if block["state"] == "active_allocated"]
+        self.assertEqual(live, [])
+
+    def test_record_memory_history_refuses_a_negative_or_non_integer_max_entries(self):
+        for bad in (-5, -1, "many", 2.5):
+            with self.assertRaises(tessera.TesseraError) as raised:
+                tessera.record_memory_history(max_entries=bad)
+            self.assertIsInstance(raised.exception, ValueError, "a bad value is a ValueError too")
+            self.assertIn("max_entries", str(raised.exception))
+            self.assertIn(repr(bad), str(raised.exception))
+        tessera.record_memory_history(max_entries=0)  # records nothing, as PyTorch's
+        tessera.record_memory_history(enabled=False, max_entries=-5)  # stopping needs no size
+        tessera.record_memory_history(enabled=None)
+
+    def test_an_unknown_device_is_a_tessera_error_naming_it(self):
+        for function in (tessera.memory_stats, tessera.memory_summary, tessera.has_allocator):
+            for bad in ("nonsense", "cuda:x", 1.5):
+                with self.assertRaises(tessera.TesseraError) as raised:
+                    function(bad)
+                self.assertIsInstance(raised.exception, ValueError, "what int() raised before, for compatibility")
+                self.assertIn(repr(bad), str(raised.exception))
+                self.assertIn(function.__name__, str(raised.exception))
+        with self.assertRaises(tessera.TesseraError) as raised:
+            tessera.dump_snapshot(os.path.join(tempfile.gettempdir(), "never.pickle"), device="nonsense")
+        self.assertIn("'nonsense'", str(raised.exception))
+        for function in (tessera.memory_stats, tessera.memory_summary, tessera.has_allocator):
+            for bad in (-1, 64, 2**32):  # 2**32 would reach the C ABI as 0, a device in range
+                with self.assertRaises(tessera.TesseraError) as raised:
+                    function(bad)
+                self.assertIn(f"device {bad} is out of range", str(raised.exception))
+                self.assertIn("devices 0 to 63", str(raised.exception))
+        self.assertEqual(tessera.memory_stats("cuda:2")["tessera.driver"], "")
+        self.assertEqual(tessera.memory_stats("cpu")["tessera.driver"], "host")
+
     def test_a_missing_library_is_a_clear_error(self):
         code = "import tessera\ntry:\n    tessera.memory_stats()\nexcept tessera.TesseraError as e:\n    print(e)\n"
         environment = dict(os.environ, TESSERA_LIBRARY="/nonexistent/libtessera_c.so")

@@ -109,7 +109,45 @@ print("after:", float(torch.ones(1000).sum()), tessera.memory_stats("cpu")["num_
 """
 
 
+ENABLE_TWICE_SCRIPT = """
+import torch, tessera, tessera.torch
+first = tessera.torch.enable("cpu", conf="reclaim:first")
+print("same:", tessera.torch.enable("cpu") is first, tessera.torch.enable("cpu", conf="reclaim:first") is first,
+      tessera.torch.enable("cpu", conf="share_slivers:on, reclaim:first") is first)
+for conf, driver in (("reclaim:never", None), (None, "sim")):
+    try:
+        tessera.torch.enable("cpu", conf=conf, driver=driver)
+        print("accepted", conf, driver)
+    except tessera.TesseraError as error:
+        print("refused |", error)
+try:
+    tessera.configure(conf="reclaim:never")
+except tessera.TesseraError as error:
+    print("configure refused |", error)
+print("after:", float(torch.ones(1000).sum()))
+"""
+
+
 class TorchCpuErrors(unittest.TestCase):
+    def test_enabling_again_with_other_settings_is_too_late_and_with_the_same_changes_nothing(self):
+        environment = dict(os.environ)
+        environment.pop("TESSERA_DRIVER", None)
+        environment.pop("TESSERA_ALLOC_CONF", None)
+        completed = subprocess.run([sys.executable, "-c", ENABLE_TWICE_SCRIPT], env=environment, capture_output=True,
+                                   text=True, timeout=120)
+        self.assertEqual(completed.returncode, 0, completed.stderr)
+        lines = completed.stdout.splitlines()
+        self.assertIn("same: True True True", lines, completed.stdout)
+        refusals = [line for line in lines if line.startswith("refused |")]
+        self.assertEqual(len(refusals), 2, completed.stdout)
+        too_late = "too late to change the configuration"
+        self.assertIn(too_late, refusals[0])
+        self.assertIn("tessera.torch.enable('cpu')", refusals[0])
+        self.assertIn("'sim'", refusals[1])
+        configure_refusal = next(line for line in lines if line.startswith("configure refused |"))
+        self.assertIn(too_late, configure_refusal)
+        self.assertIn("after: 1000.0", lines, "the allocator is as it was")
+
     def test_out_of_memory_is_torchs_error_with_tesseras_message(self):
         environment = dict(os.environ, TESSERA_CAPACITY="64MiB")
         environment.pop("TESSERA_DRIVER", None)
