@@ -1,6 +1,8 @@
 // The four drivers and how to make them. Each backend lives in one file of src/driver/.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,6 +22,8 @@ struct HostDriverOptions {
   bool require_set_access = false;
   // The kernel's mapping limit to respect; 0 reads /proc/sys/vm/max_map_count. Tests set a lower one.
   std::size_t max_map_count = 0;
+  // How many mappings the process has now; empty counts the lines of /proc/self/maps. Tests count the calls.
+  std::function<std::size_t()> count_mappings = {};
 };
 
 Result<std::unique_ptr<Driver>> make_host_driver(const HostDriverOptions& options = {});

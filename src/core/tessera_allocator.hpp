@@ -19,11 +19,12 @@
 #include "core/history_recorder.hpp"
 #include "core/spin_mutex.hpp"
 #include "core/stats_observer.hpp"
+#include "driver/fork_guard.hpp"
 #include "tessera/allocator.hpp"
 
 namespace tessera::core {
 
-class TesseraAllocatorImpl final : public TesseraAllocator {
+class TesseraAllocatorImpl final : public TesseraAllocator, private detail::ForkMember {
  public:
   TesseraAllocatorImpl(Driver& driver, const AllocatorConfig& config);
   ~TesseraAllocatorImpl() override;
@@ -169,6 +170,11 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
                                           std::unordered_map<std::uint64_t, std::size_t>& mapped_of_chunk) const;
   Error out_of_memory(Bytes requested, std::string_view why);
 
+  // fork(): no thread of the child may find the lock held by a thread the child does not have.
+  void prepare_fork() noexcept override { mutex_.lock(); }
+  void after_fork_in_parent() noexcept override { mutex_.unlock(); }
+  void after_fork_in_child() noexcept override { mutex_.unlock(); }
+
   mutable SpinMutex mutex_;
   Driver& driver_;
   AllocatorConfig config_;
@@ -199,6 +205,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator {
   std::vector<IdlePage> idle_;
   std::vector<Block*> visited_;
   std::vector<Page> reclaimed_;  // pages reclaim took during one backing (parts of chunks)
+  detail::ForkGuardMembership fork_membership_{*this, detail::ForkRank::allocator};  // last: leaves first
 };
 
 }  // namespace tessera::core

@@ -140,6 +140,7 @@ struct Api {
   acl::SynchronizeDevice* synchronize_device = nullptr;
   acl::Memcpy* copy = nullptr;
   acl::GetRecentErrMsg* get_recent_err_msg = nullptr;  // optional
+  detail::CreatorProcess creator{};  // the process that loaded the library
 
   explicit Api(detail::DynamicLibrary opened) : library(std::move(opened)) {}
 
@@ -221,6 +222,10 @@ acl::PhysicalMemProp page_properties(int device) {
 class ContextScope {
  public:
   ContextScope(const Api& api, acl::Context context) : api_(api) {
+    if (!api.creator.is_current()) {
+      status_ = api.creator.forked_child_error("ascend");
+      return;
+    }
     // A thread that never set a device has no context and the query fails: treat it as "none".
     if (api.get_current_context(&previous_) != acl::success) previous_ = nullptr;
     if (previous_ == context) return;
@@ -269,7 +274,9 @@ class AscendDriver final : public detail::PlatformDriver {
 
   // Balances make_ascend_driver's aclrtSetDevice (ACL counts them). aclInit is process-wide and shared
   // with torch_npu and others in the process, so aclFinalize is left to the process.
-  ~AscendDriver() override { api_->reset_device(device_); }
+  ~AscendDriver() override {
+    if (api_->creator.is_current()) api_->reset_device(device_);
+  }
 
   AscendDriver(const AscendDriver&) = delete;
   AscendDriver& operator=(const AscendDriver&) = delete;

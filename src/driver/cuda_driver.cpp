@@ -303,6 +303,7 @@ struct Api {
   cu::Fn::StreamSynchronize* stream_synchronize = nullptr;
   cu::Fn::GetErrorName* get_error_name = nullptr;
   cu::Fn::GetErrorString* get_error_string = nullptr;
+  detail::CreatorProcess creator{};  // the process that loaded the library
 
   explicit Api(detail::DynamicLibrary opened) : library(std::move(opened)) {}
 
@@ -400,6 +401,10 @@ Error call_failed(const Api& api, std::string_view call, cu::Result result) {
 class ContextScope {
  public:
   ContextScope(const Api& api, cu::Types::Context context) : api_(api) {
+    if (!api.creator.is_current()) {
+      status_ = api.creator.forked_child_error("cuda");
+      return;
+    }
     if (auto got = api.ctx_get_current(&previous_); got != cu::success) {
       status_ = call_failed(api, "cuCtxGetCurrent", got);
       return;
@@ -453,7 +458,9 @@ class CudaDriver final : public detail::PlatformDriver {
 
   // Balances the retain of make_cuda_driver. Errors are ignored: at process exit the driver may already
   // be shut down, and nothing can be done about it here.
-  ~CudaDriver() override { api_->device_primary_ctx_release(device_); }
+  ~CudaDriver() override {
+    if (api_->creator.is_current()) api_->device_primary_ctx_release(device_);
+  }
 
   CudaDriver(const CudaDriver&) = delete;
   CudaDriver& operator=(const CudaDriver&) = delete;

@@ -9,7 +9,14 @@
 // vm.max_map_count (65530 by default); mappings of adjacent offsets at adjacent addresses merge into one.
 // Pages are therefore carved next-fit from the memfd, so that pages created one after another are
 // adjacent and merge when the allocator maps them side by side. Near the limit the driver counts the real
-// entries, and at the limit it refuses with Errc::map_limit naming the sysctl.
+// entries, and at the limit it refuses with Errc::map_limit naming the sysctl. Counting reads all of
+// /proc/self/maps, so a count buys a budget: the room it showed, spent two entries a call (what one map or
+// unmap can add at most) before the next count — a handful of counts between 90% and the limit, not one
+// per call.
+//
+// fork(): the memfd is shared, so a child would write the parent's pages. Before the fork the driver copies
+// the memfd (its data only: holes stay holes), and the child maps everything it has mapped from the copy:
+// child and parent then share nothing, and the child sees the memory as it was when fork() was called.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,12 +24,15 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "driver/fork_guard.hpp"
 #include "driver/platform_driver.hpp"
 #include "driver/simulated_streams.hpp"
 #include "tessera/drivers.hpp"
@@ -120,7 +130,46 @@ class MemfdSpace {
   Bytes cursor_ = 0;
 };
 
-class HostDriver final : public detail::PlatformDriver {
+// A copy of the memfd's data ranges into a new memfd of the same size (holes stay holes); -1 and errno on
+// failure.
+int copy_memfd(int memfd, Bytes size) {
+  const int copy = memfd_create("tessera-host-device", MFD_CLOEXEC);
+  if (copy < 0) return -1;
+  auto fail = [&] {
+    const int error_number = errno;
+    close(copy);
+    errno = error_number;
+    return -1;
+  };
+  if (ftruncate(copy, static_cast<off_t>(size)) != 0) return fail();
+  std::vector<char> buffer;  // where copy_file_range cannot copy between the two files
+  off_t data = 0;
+  while (static_cast<Bytes>(data) < size) {
+    data = lseek(memfd, data, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break;  // no data after this offset
+      return fail();
+    }
+    const off_t hole = lseek(memfd, data, SEEK_HOLE);
+    if (hole < 0) return fail();
+    while (data < hole) {
+      const auto length = static_cast<std::size_t>(hole - data);
+      off_t in = data;
+      off_t out = data;
+      ssize_t copied = copy_file_range(memfd, &in, copy, &out, length, 0);
+      if (copied <= 0) {
+        buffer.resize(std::size_t{1} << 20);
+        copied = pread(memfd, buffer.data(), std::min(buffer.size(), length), data);
+        if (copied == 0) errno = EIO;
+        if (copied <= 0 || pwrite(copy, buffer.data(), static_cast<std::size_t>(copied), data) != copied) return fail();
+      }
+      data += copied;
+    }
+  }
+  return copy;
+}
+
+class HostDriver final : public detail::PlatformDriver, private detail::ForkMember {
  public:
   HostDriver(const HostDriverOptions& options, int memfd, Bytes memfd_size)
       : PlatformDriver("host",
@@ -132,9 +181,12 @@ class HostDriver final : public detail::PlatformDriver {
                                           .partial_map = true},
                        options.granularity, options.capacity),
         memfd_(memfd),
+        memfd_size_(memfd_size),
         space_(memfd_size),
+        count_mappings_(options.count_mappings ? options.count_mappings : count_process_mappings),
         map_limit_(options.max_map_count != 0 ? options.max_map_count : read_kernel_map_limit()),
-        mappings_at_start_(count_process_mappings()) {}
+        mappings_at_start_(count_mappings_()),
+        fork_membership_(*this, detail::ForkRank::driver) {}
 
   ~HostDriver() override {
     // Whatever the caller leaked goes with the driver: the memfd and every range still mapped from it.
@@ -168,6 +220,7 @@ class HostDriver final : public detail::PlatformDriver {
   }
 
   Result<PlatformHandle> platform_create_page(Bytes size) override {
+    if (!fork_copy_failed_.empty()) return make_error(Errc::unavailable, fork_copy_failed_);
     auto offset = space_.take(size);
     if (!offset) {
       return make_error(Errc::out_of_memory,
@@ -186,6 +239,7 @@ class HostDriver final : public detail::PlatformDriver {
   }
 
   Result<void> platform_map(Address at, PlatformHandle page_offset, Bytes offset, Bytes size) override {
+    if (!fork_copy_failed_.empty()) return make_error(Errc::unavailable, fork_copy_failed_);
     if (auto room = check_map_limit(); !room) return room;
     const int protection = capabilities().needs_set_access ? PROT_NONE : read_write;
     void* mapped =
@@ -194,7 +248,7 @@ class HostDriver final : public detail::PlatformDriver {
       const int error_number = errno;
       // A failed MAP_FIXED may have removed what was there: put the reservation's PROT_NONE back.
       mmap(to_pointer(at), size, PROT_NONE, anonymous_none | MAP_FIXED, -1, 0);
-      if (error_number == ENOMEM) return map_limit_error(count_process_mappings());
+      if (error_number == ENOMEM) return map_limit_error(count_mappings_());
       return errno_error(Errc::platform, "mmap (map)", error_number);
     }
     return {};
@@ -206,9 +260,10 @@ class HostDriver final : public detail::PlatformDriver {
   }
 
   Result<void> platform_unmap(Address at, Bytes size) override {
+    spend_map_budget();  // putting PROT_NONE inside a merged mapping splits it: up to two entries more
     if (mmap(to_pointer(at), size, PROT_NONE, anonymous_none | MAP_FIXED, -1, 0) == MAP_FAILED) {
       const int error_number = errno;
-      if (error_number == ENOMEM) return map_limit_error(count_process_mappings());
+      if (error_number == ENOMEM) return map_limit_error(count_mappings_());
       return errno_error(Errc::platform, "mmap (unmap)", error_number);
     }
     return {};
@@ -248,15 +303,25 @@ class HostDriver final : public detail::PlatformDriver {
   }
 
  private:
-  // Cheap upper bound first (every mapping and reservation costing two entries); the real count only
-  // when that bound comes within 10% of the limit.
-  Result<void> check_map_limit() const {
-    const std::size_t bound = mappings_at_start_ + 2 * (mappings().size() + 1) + 2 * reservations().size();
+  static constexpr std::size_t entries_per_call = 2;  // the most one map or unmap adds to the kernel's count
+
+  // Cheap upper bound first (every mapping and reservation costing two entries); near the limit, the budget
+  // of the last real count, and a new count only when it is spent.
+  Result<void> check_map_limit() {
+    const std::size_t bound = mappings_at_start_ + entries_per_call * (mappings().size() + 1) +
+                              entries_per_call * reservations().size();
     if (bound * 10 < map_limit_ * 9) return {};
-    const std::size_t now = count_process_mappings();
-    if (now + 2 <= map_limit_) return {};
-    return map_limit_error(now);
+    if (map_budget_ >= entries_per_call) {
+      map_budget_ -= entries_per_call;
+      return {};
+    }
+    const std::size_t now = count_mappings_();
+    if (now + entries_per_call > map_limit_) return map_limit_error(now);
+    map_budget_ = map_limit_ - now - entries_per_call;
+    return {};
   }
+
+  void spend_map_budget() noexcept { map_budget_ -= std::min(map_budget_, entries_per_call); }
 
   Error map_limit_error(std::size_t now) const {
     return make_error(Errc::map_limit,
@@ -267,11 +332,53 @@ class HostDriver final : public detail::PlatformDriver {
                       ENOMEM);
   }
 
+  // fork(), the parent's half: the child's copy of the memory, made while every allocator's lock is held.
+  void prepare_fork() noexcept override {
+    child_memfd_ = copy_memfd(memfd_, memfd_size_);
+    copy_errno_ = child_memfd_ < 0 ? errno : 0;
+  }
+
+  void after_fork_in_parent() noexcept override {
+    if (child_memfd_ >= 0) close(child_memfd_);
+    child_memfd_ = -1;
+  }
+
+  // The child's half: every mapping moves to the copy, at the same address with the same access. Without a
+  // copy the child keeps what it inherited as private copy-on-write mappings (its writes stay its own; it
+  // may see the parent's later writes on pages it has not written) and gets no new memory.
+  void after_fork_in_child() noexcept override {
+    const bool copied = child_memfd_ >= 0;
+    const int flags = copied ? MAP_SHARED | MAP_FIXED : MAP_PRIVATE | MAP_FIXED;
+    const int from = copied ? child_memfd_ : memfd_;
+    for (const auto& [address, mapping] : mappings()) {
+      const detail::PageRecord* page = find_page(mapping.page);
+      const int protection = !capabilities().needs_set_access || mapping.accessible ? read_write : PROT_NONE;
+      mmap(to_pointer(address), mapping.size, protection, flags, from,
+           static_cast<off_t>(page->handle + mapping.offset));
+    }
+    if (!copied) {
+      fork_copy_failed_ = fmt::format("host driver: this process was forked and the copy of its device memory "
+                                      "failed ({}): it keeps the blocks it inherited but gets no new memory",
+                                      std::strerror(copy_errno_));
+      return;
+    }
+    close(memfd_);
+    memfd_ = child_memfd_;
+    child_memfd_ = -1;
+  }
+
   int memfd_;
+  Bytes memfd_size_;
   MemfdSpace space_;
   detail::SimulatedStreams streams_;
+  std::function<std::size_t()> count_mappings_;
   std::size_t map_limit_;
   std::size_t mappings_at_start_;
+  std::size_t map_budget_ = 0;  // kernel entries that may still be added before the next count
+  int child_memfd_ = -1;
+  int copy_errno_ = 0;
+  std::string fork_copy_failed_;  // set in a child whose copy failed
+  detail::ForkGuardMembership fork_membership_;  // last: leaves before anything above is destroyed
 };
 
 }  // namespace
@@ -289,10 +396,17 @@ Result<std::unique_ptr<Driver>> make_host_driver(const HostDriverOptions& option
                       fmt::format("host driver: capacity {} must be a positive multiple of the granularity {}",
                                   options.capacity, options.granularity));
   }
+  // The memfd is sparse: only touched bytes cost memory. Twice the capacity leaves room for the next-fit
+  // carving never to fail for want of a contiguous range while the capacity check still passes; more than
+  // off_t can hold would wrap.
+  constexpr Bytes capacity_max = static_cast<Bytes>(std::numeric_limits<off_t>::max()) / 2;
+  if (options.capacity > capacity_max) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("host driver: capacity {} is more than a memfd can back (at most {} bytes)",
+                                  options.capacity, capacity_max));
+  }
   const int memfd = memfd_create("tessera-host-device", MFD_CLOEXEC);
   if (memfd < 0) return errno_error(Errc::unavailable, "memfd_create", errno);
-  // The memfd is sparse: only touched bytes cost memory. Twice the capacity leaves room for the next-fit
-  // carving never to fail for want of a contiguous range while the capacity check still passes.
   const Bytes memfd_size = 2 * options.capacity;
   if (ftruncate(memfd, static_cast<off_t>(memfd_size)) != 0) {
     const int error_number = errno;

@@ -18,6 +18,14 @@ PlatformDriver::PlatformDriver(std::string name, DriverCapabilities capabilities
                                Bytes capacity)
     : name_(std::move(name)), capabilities_(capabilities), granularity_(granularity), capacity_(capacity) {}
 
+Error CreatorProcess::forked_child_error(std::string_view driver) const {
+  return make_error(Errc::unavailable,
+                    fmt::format("{} driver: this process ({}) is a fork() of the process that opened the device "
+                                "({}), and a device context does not survive fork(); start worker processes "
+                                "with the 'spawn' method, or open the device in the child",
+                                driver, getpid(), pid_));
+}
+
 Error PlatformDriver::refuse(Errc code, std::string message) const {
   return make_error(code, fmt::format("{} driver: {}", name_, message));
 }

@@ -3,6 +3,9 @@
 // Backends implement only the platform_* primitives, which receive validated arguments.
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -29,6 +32,17 @@ struct MappingRecord {
   Bytes offset = 0;  // into the page
   Bytes size = 0;
   bool accessible = false;
+};
+
+// The process that loaded a device runtime. CUDA and ACL contexts do not survive fork(): a child's call
+// fails with this error instead of reaching a runtime that would hang or answer garbage.
+class CreatorProcess {
+ public:
+  bool is_current() const noexcept { return getpid() == pid_; }
+  Error forked_child_error(std::string_view driver) const;
+
+ private:
+  pid_t pid_ = getpid();
 };
 
 class PlatformDriver : public Driver {

@@ -113,6 +113,42 @@ TEST(HostDriver, TheKernelMappingLimitIsANamedErrorAndTheDriverStaysUsable) {
   EXPECT_EQ(driver->census(), DriverCensus{});
 }
 
+// Counting reads all of /proc/self/maps (31 ms a map with 60,000 entries): near the limit a count must buy
+// room for many maps, and the error must still come at the real limit.
+TEST(HostDriver, NearTheMappingLimitTheDriverCountsAFewTimesNotAtEveryMap) {
+  constexpr Bytes granule = 64 * KiB;
+  constexpr std::size_t room = 3000;
+  std::size_t counts = 0;
+  const std::size_t limit = process_mappings() + room;
+  auto driver = TESSERA_OK(make_host_driver({.capacity = 2 * room * granule,
+                                             .granularity = granule,
+                                             .max_map_count = limit,
+                                             .count_mappings = [&] {
+                                               ++counts;
+                                               return process_mappings();
+                                             }}));
+  const std::size_t slots = room;  // more maps than the room allows: each one below costs two entries
+  const Address base = TESSERA_OK(driver->reserve(2 * slots * granule));
+  std::vector<PageId> pages;
+  for (std::size_t i = 0; i < slots; ++i) pages.push_back(TESSERA_OK(driver->create_page(granule)));
+  std::size_t mapped = 0;
+  Result<void> last;
+  for (std::size_t i = 0; i < slots; ++i) {
+    last = driver->map(base + 2 * i * granule, pages[slots - 1 - i]);  // nothing merges
+    if (!last) break;
+    ++mapped;
+  }
+  ASSERT_FALSE(last.ok()) << "the limit was never reached";
+  EXPECT_EQ(last.error().code, Errc::map_limit) << last.error().message;
+  const std::size_t at_error = process_mappings();
+  EXPECT_GT(at_error + 2 + 16, limit) << "refused long before the limit: " << at_error << " of " << limit;
+  EXPECT_LE(at_error, limit);
+  EXPECT_LE(counts, 24u) << "the driver read /proc/self/maps " << counts << " times for " << mapped << " maps";
+  for (std::size_t i = 0; i < mapped; ++i) TESSERA_OK(driver->unmap(base + 2 * i * granule));
+  for (PageId page : pages) TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_reservation(base));
+}
+
 // Blocks the kernel holds for every host driver's memfd in this process.
 long long memfd_blocks() {
   long long blocks = 0;
