@@ -33,11 +33,16 @@ std::vector<std::string_view> replay_allocator_names();
 Result<std::unique_ptr<DeviceAllocator>> make_replay_allocator(std::string_view name, Driver& driver,
                                                                const AllocatorConfig& tessera_config = {});
 
+// The smallest granule a replay takes, whatever the driver: the host driver's page. The sim driver would take
+// any power of two, but Tessera's allocator maps pages of a few granules, so a granule of a few bytes makes
+// it hold host memory in proportion to the bytes a trace asks for (gigabytes for a 24 KB trace).
+inline constexpr Bytes min_replay_granularity = 4 * KiB;
+
 struct ReplayOptions {
   std::string allocator = "tessera";
   std::string driver = "sim";  // "sim" or "host": a replay never needs an accelerator
   std::optional<Bytes> capacity;  // none: unlimited
-  Bytes granularity = 2 * MiB;
+  Bytes granularity = 2 * MiB;    // a power of two, at least min_replay_granularity
   AllocatorConfig tessera_config;
   std::size_t series_points = 0;  // > 0: keep about this many (event, allocated, reserved) samples
   // Keep every block's address and, for the tessera allocator, its segments and blocks at the end: what a
@@ -78,10 +83,17 @@ struct ReplayResult {
   std::vector<SeriesPoint> series;
   std::vector<Address> addresses;              // keep_state: by block id
   std::optional<AllocatorSnapshot> final_state;  // keep_state, tessera allocator: its state at the end
+  // Not empty: this replay failed with an error that is not an out-of-memory answer (a driver error, the
+  // host out of memory, live bytes past 2^64), and this says why and at which event; the figures above are
+  // then not measured. replay() returns such an error instead; the command's runner keeps it here, so that
+  // one allocator's failure costs none of the other results.
+  std::string failure;
 };
 
 // One replay at one capacity. An out-of-memory answer ends the replay and is reported in the result (oom);
-// any other failure (a bad trace, a driver error) is an error.
+// any other failure (a bad trace, a driver error, an exception from the allocator such as std::bad_alloc)
+// is an error, which names the event. The granularity must be a power of two of at least
+// min_replay_granularity.
 Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options);
 
 // As replay(), then bisects the capacity to the granule for min_capacity and overhead.
@@ -91,8 +103,9 @@ Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOp
 //   ideal        reserved equal to live bytes at every moment: both fragmentations 0.
 //   ideal_cache  reserved equal to the most bytes live so far: an allocator that gives nothing back and
 //                wastes nothing. Its avg_frag is avg_frag_floor(trace).
-// min_capacity is peak_allocated rounded up to the granule for both. With series_points > 0 ideal_cache
-// keeps a series as a replay does (ideal's would repeat the live bytes).
+// min_capacity is peak_allocated rounded up to the granule for both (none where that passes 2^64). With
+// series_points > 0 ideal_cache keeps a series as a replay does (ideal's would repeat the live bytes). A
+// trace whose live bytes pass 2^64 gets no figures: `failure` names the event.
 ReplayResult ideal_result(const Trace& trace, Bytes granularity);
 ReplayResult ideal_cache_result(const Trace& trace, Bytes granularity, std::size_t series_points = 0);
 // The line of that name; none when `name` is not a reference line.

@@ -2,29 +2,37 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 
 #include <fmt/format.h>
 
 namespace tessera::baselines {
 
-Bytes round_size(Bytes size, std::size_t divisions) noexcept {
+std::optional<Bytes> round_up_checked(Bytes value, Bytes multiple) noexcept {
+  const Bytes remainder = value % multiple;
+  if (remainder == 0) return value;
+  const Bytes up = multiple - remainder;
+  if (value > std::numeric_limits<Bytes>::max() - up) return std::nullopt;
+  return value + up;
+}
+
+std::optional<Bytes> round_size(Bytes size, std::size_t divisions) noexcept {
   if (size < kMinBlockSize) return kMinBlockSize;
   if (divisions > 1 && size > kMinBlockSize * divisions) {
     // roundup_power2_next_division: the next of `divisions` equal steps between two powers of two.
     if (std::has_single_bit(size)) return size;
     const Bytes floor = std::bit_floor(size);
     const Bytes step = floor >> std::countr_zero(divisions);  // divisions is a power of two
-    if (step == 0) return floor << 1;
-    const Bytes down = size & ~(step - 1);
-    return down == size ? size : down + step;
+    if (step == 0) return floor == Bytes{1} << 63 ? std::nullopt : std::optional<Bytes>(floor << 1);
+    return round_up_checked(size, step);
   }
-  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+  return round_up_checked(size, kMinBlockSize);
 }
 
-Bytes allocation_size(Bytes rounded) noexcept {
+std::optional<Bytes> allocation_size(Bytes rounded) noexcept {
   if (rounded <= kSmallSize) return kSmallBuffer;
   if (rounded < kMinLargeAlloc) return kLargeBuffer;
-  return kRoundLarge * ((rounded + kRoundLarge - 1) / kRoundLarge);
+  return round_up_checked(rounded, kRoundLarge);
 }
 
 CachingCore::CachingCore(std::string name, Driver& driver, const BaselineOptions& options)
@@ -92,7 +100,7 @@ CachingCore::Search CachingCore::get_free_block(BlockPool& pool, StreamId stream
 
   const Bytes max_split = options_.max_split_size;
   if (size < max_split && it->size >= max_split) return Search::refused;  // no oversize block for a small one
-  if (size >= max_split && it->size >= size + kLargeBuffer) return Search::refused;  // rounding up, within limits
+  if (size >= max_split && it->size - size >= kLargeBuffer) return Search::refused;  // rounding up, within limits
   found = it->id;
   pool.blocks.erase(it);
   return Search::found;
@@ -305,10 +313,14 @@ void CachingCore::synchronize_and_free_events() {
 
 Result<std::uint32_t> CachingCore::create_segment(Bytes size, Bytes page_size, AccessCalls access, StreamId stream,
                                                   PoolKind pool) {
-  const Bytes mapped = (size + page_size - 1) / page_size * page_size;  // page sizes need not be powers of two
-  auto base = memory_.reserve(mapped);
+  const std::optional<Bytes> mapped = round_up_checked(size, page_size);  // page sizes need not be powers of two
+  if (!mapped || *mapped > driver_.capacity()) {
+    return make_error(Errc::out_of_memory, fmt::format("{}: a segment of {} bytes is larger than the device ({} bytes)",
+                                                       name_, size, driver_.capacity()));
+  }
+  auto base = memory_.reserve(*mapped);
   if (!base) return std::move(base).error();
-  std::vector<PageId> pages(mapped / page_size);
+  std::vector<PageId> pages(*mapped / page_size);
   auto done = memory_.create_and_map(*base, page_size, access, pages);
   if (!done) {
     memory_.release_reservation(*base);
@@ -358,6 +370,14 @@ bool CachingCore::release_segment(std::uint32_t segment_id, bool synchronize) {
 
 Error CachingCore::zero_size_error() const {
   return make_error(Errc::invalid_argument, fmt::format("{}: cannot allocate 0 bytes", name_));
+}
+
+Error CachingCore::out_of_memory_unroundable(Bytes size, StreamId stream) {
+  stats_.num_ooms += 1;
+  return make_error(Errc::out_of_memory,
+                    fmt::format("{}: out of memory: tried to allocate {} bytes on stream {}, which cannot be rounded "
+                                "to a segment below 2^64 bytes; device capacity {}",
+                                name_, size, static_cast<std::uintptr_t>(stream), driver_.capacity()));
 }
 
 Error CachingCore::out_of_memory(Bytes size, Bytes rounded, Bytes segment_size, StreamId stream) {

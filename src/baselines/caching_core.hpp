@@ -30,10 +30,15 @@ inline constexpr Bytes kLargeBuffer = 20 * MiB;  // requests under 10 MiB get 20
 inline constexpr Bytes kMinLargeAlloc = 10 * MiB;
 inline constexpr Bytes kRoundLarge = 2 * MiB;  // larger segments are rounded up to 2 MiB
 
-// PyTorch's round_size with roundup_power2_divisions (0 or 1: off).
-Bytes round_size(Bytes size, std::size_t divisions) noexcept;
-// PyTorch's get_allocation_size: the size of the segment a miss allocates.
-Bytes allocation_size(Bytes rounded) noexcept;
+// Sizes rounded up with checked arithmetic: none where the result would pass 2^64. A request can be any
+// number of bytes below 2^64; one that cannot even be rounded is more than any device holds, and the models
+// answer it out of memory.
+//   `value` rounded up to a multiple of `multiple` (any positive number);
+std::optional<Bytes> round_up_checked(Bytes value, Bytes multiple) noexcept;
+//   PyTorch's round_size with roundup_power2_divisions (0 or 1: off);
+std::optional<Bytes> round_size(Bytes size, std::size_t divisions) noexcept;
+//   PyTorch's get_allocation_size: the size of the segment a miss allocates.
+std::optional<Bytes> allocation_size(Bytes rounded) noexcept;
 
 // A range of pages made through the driver for one model segment (cudaMalloc's result, or GMLake's chunks).
 struct Segment {
@@ -103,7 +108,9 @@ class CachingCore : public DeviceAllocator {
   }
 
   // Segments of pages (cudaMalloc and GMLake's chunked segments). Counts reserved bytes and
-  // num_device_alloc, and tells the observer.
+  // num_device_alloc, and tells the observer. A segment larger than the device's capacity is out of memory
+  // at once: nothing is reserved, and no list of its pages is made (it would be as long as the request is
+  // large).
   Result<std::uint32_t> create_segment(Bytes size, Bytes page_size, AccessCalls access, StreamId stream, PoolKind pool);
   // A block spanning a whole segment, free and in no pool.
   BlockId make_segment_block(std::uint32_t segment);
@@ -145,6 +152,9 @@ class CachingCore : public DeviceAllocator {
 
   Error zero_size_error() const;
   Error out_of_memory(Bytes size, Bytes rounded, Bytes segment_size, StreamId stream);
+  // A request whose rounding passes 2^64: out of memory before any step of the ladder, which could not
+  // size a segment for it.
+  Error out_of_memory_unroundable(Bytes size, StreamId stream);
 
   // Frees everything the model holds; the derived destructors call it while their hooks still exist.
   void release_everything();

@@ -19,6 +19,7 @@
 // the unmapped tail is a neighbour of every block) and release_available_cached_blocks (with
 // max_split_size set PyTorch would assert on an expandable block there); both are skipped.
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "baselines/caching_core.hpp"
@@ -52,7 +53,11 @@ class ExpandableSegments final : public CachingCore {
 
   Result<BlockId> alloc_block(BlockPool& pool, StreamId stream, Bytes size, Bytes segment_size, bool is_retry);
   Result<BlockId> try_allocate_expandable_block(BlockPool& pool, StreamId stream, Bytes size);
+  // A free or unmapped block with room for `size`, in an existing segment or a new one; no_block when no
+  // segment could hold it.
   Result<BlockId> find_expandable_block(BlockPool& pool, StreamId stream, Bytes size);
+  // A segment's address space: 9/8 of the device's capacity, rounded up to whole pages; none past 2^64.
+  std::optional<Bytes> segment_space(Bytes page_size) const noexcept;
   Result<bool> map_block(BlockId id, Bytes size);
   void unmap_block(BlockId id);
   void release_cached_blocks();
@@ -69,9 +74,12 @@ class ExpandableSegments final : public CachingCore {
 Result<Address> ExpandableSegments::allocate(Bytes size, StreamId stream) {
   if (size == 0) return zero_size_error();
   process_events();
-  const Bytes rounded = round_size(size, options_.roundup_power2_divisions);
+  const std::optional<Bytes> rounded_size = round_size(size, options_.roundup_power2_divisions);
+  const std::optional<Bytes> segment = rounded_size ? allocation_size(*rounded_size) : std::nullopt;
+  if (!segment) return out_of_memory_unroundable(size, stream);
+  const Bytes rounded = *rounded_size;
   BlockPool& pool = pool_for(rounded);
-  const Bytes segment_size = allocation_size(rounded);  // PyTorch checks the memory fraction against it
+  const Bytes segment_size = *segment;  // PyTorch checks the memory fraction against it
 
   BlockId block = no_block;
   if (get_free_block(pool, stream, rounded, true, block) != Search::found) {
@@ -120,13 +128,14 @@ Result<BlockId> ExpandableSegments::find_expandable_block(BlockPool& pool, Strea
     if (has_room(candidate)) return candidate;
   }
 
-  // A new segment: address space for 9/8 of the device's memory.
+  // A new segment: address space for 9/8 of the device's memory. A request larger than that has room in no
+  // segment: out of memory, without reserving one that could never serve it.
   ExpandableSegment seg;
   seg.page_size = pool.is_small ? small_page_ : large_page_;
-  const Bytes capacity = driver_.capacity();
-  const Bytes space = capacity / 8 * 9 + capacity % 8 * 9 / 8;  // 9/8 of it, without overflow for any capacity
-  seg.max_pages = space / seg.page_size + (space % seg.page_size != 0 ? 1 : 0);
-  auto base = memory_.reserve(seg.max_pages * seg.page_size);
+  const std::optional<Bytes> space = segment_space(seg.page_size);
+  if (!space || size > *space) return no_block;
+  seg.max_pages = *space / seg.page_size;
+  auto base = memory_.reserve(*space);
   if (!base) return std::move(base).error();
   seg.base = *base;
   seg.stream = stream;
@@ -148,9 +157,18 @@ Result<BlockId> ExpandableSegments::find_expandable_block(BlockPool& pool, Strea
   return id;
 }
 
+std::optional<Bytes> ExpandableSegments::segment_space(Bytes page_size) const noexcept {
+  const Bytes capacity = driver_.capacity();
+  const Bytes eighth = capacity / 8;
+  const Bytes rest = capacity % 8 * 9 / 8;  // what 9/8 of the capacity's last 0..7 bytes adds
+  if (eighth > (std::numeric_limits<Bytes>::max() - rest) / 9) return std::nullopt;
+  return round_up_checked(eighth * 9 + rest, page_size);
+}
+
 Result<BlockId> ExpandableSegments::try_allocate_expandable_block(BlockPool& pool, StreamId stream, Bytes size) {
   auto found = find_expandable_block(pool, stream, size);
   if (!found) return std::move(found).error();
+  if (*found == no_block) return no_block;
   BlockId candidate = *found;
   // The candidate is an unmapped range, or a free block followed by one.
   if (!blocks_[candidate].mapped) {
@@ -174,6 +192,9 @@ Result<bool> ExpandableSegments::map_block(BlockId id, Bytes size) {
   const Address start = blocks_[id].address;
   const std::size_t begin = (start - seg.base) / seg.page_size;
   const std::size_t end = (start + size - seg.base + seg.page_size - 1) / seg.page_size;
+  // More pages than the device holds would fail at its capacity anyway: out of memory before a list of them
+  // is made (as long as the request is large).
+  if (end - begin > driver_.capacity() / seg.page_size) return false;
   std::vector<PageId> pages(end - begin);
   auto done = memory_.create_and_map(seg.base + begin * seg.page_size, seg.page_size, AccessCalls::whole_range, pages);
   if (!done) {

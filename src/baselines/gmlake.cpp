@@ -77,7 +77,7 @@ class GMLake final : public CachingCore {
   };
   using ReleaseOrder = std::map<std::uintptr_t, std::set<std::pair<std::uint64_t, BlockId>>>;
 
-  Bytes round_request(Bytes size) const noexcept;
+  std::optional<Bytes> round_request(Bytes size) const noexcept;
   bool should_split(const Block& block, Bytes size) const noexcept;
 
   Result<BlockId> realloc_block(BlockPool& pool, StreamId stream, Bytes segment_size, bool is_retry);
@@ -125,9 +125,10 @@ class GMLake final : public CachingCore {
   std::uint64_t release_clock_ = 0;
 };
 
-Bytes GMLake::round_request(Bytes size) const noexcept {
-  const Bytes rounded = round_size(size, 0);
-  return rounded > kSmallSize ? align_up(size, kChunk) : rounded;
+std::optional<Bytes> GMLake::round_request(Bytes size) const noexcept {
+  const std::optional<Bytes> rounded = round_size(size, 0);
+  if (!rounded) return std::nullopt;
+  return *rounded > kSmallSize ? round_up_checked(size, kChunk) : rounded;
 }
 
 bool GMLake::should_split(const Block& block, Bytes size) const noexcept {
@@ -140,9 +141,12 @@ Result<Address> GMLake::allocate(Bytes size, StreamId stream) {
   if (size == 0) return zero_size_error();
   device_synced_ = false;
   process_events();
-  const Bytes rounded = round_request(size);
+  const std::optional<Bytes> rounded_size = round_request(size);
+  const std::optional<Bytes> segment = rounded_size ? allocation_size(*rounded_size) : std::nullopt;
+  if (!segment) return out_of_memory_unroundable(size, stream);
+  const Bytes rounded = *rounded_size;
   BlockPool& pool = pool_for(rounded);
-  const Bytes segment_size = allocation_size(rounded);
+  const Bytes segment_size = *segment;
   auto release = [this](BlockId id) { release_block(id); };
 
   BlockId block = no_block;
@@ -183,8 +187,9 @@ Result<BlockId> GMLake::realloc_block(BlockPool& pool, StreamId stream, Bytes se
   if (is_retry) stats_.num_alloc_retries += 1;
   if (over_fraction(segment_size)) return no_block;
   const bool small = pool.is_small;
-  const Bytes page = small ? align_up(segment_size, memory_.granularity()) : kChunk;
-  auto made = create_segment(segment_size, page, small ? AccessCalls::whole_range : AccessCalls::per_page, stream,
+  const std::optional<Bytes> page = small ? round_up_checked(segment_size, memory_.granularity()) : kChunk;
+  if (!page) return no_block;
+  auto made = create_segment(segment_size, *page, small ? AccessCalls::whole_range : AccessCalls::per_page, stream,
                              kind_of(pool));
   if (!made) {
     if (made.error().code == Errc::out_of_memory) return no_block;
@@ -549,7 +554,7 @@ Bytes GMLake::collect_stitched_garbage(int time, Bytes required) {
       if (!free_event_complete(id)) break;
       garbage += blocks_[id].size;
       delete_stitched(id);
-      if (required > 0 && time <= 1 && garbage >= (required << (2 * (time + 1)))) break;
+      if (required > 0 && time <= 1 && (garbage >> (2 * (time + 1))) >= required) break;
     }
   }
   if (time > 0) {

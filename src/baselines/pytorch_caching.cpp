@@ -47,9 +47,12 @@ class PyTorchCaching final : public CachingCore {
 Result<Address> PyTorchCaching::allocate(Bytes size, StreamId stream) {
   if (size == 0) return zero_size_error();
   process_events();
-  const Bytes rounded = round_size(size, options_.roundup_power2_divisions);
+  const std::optional<Bytes> rounded_size = round_size(size, options_.roundup_power2_divisions);
+  const std::optional<Bytes> segment = rounded_size ? allocation_size(*rounded_size) : std::nullopt;
+  if (!segment) return out_of_memory_unroundable(size, stream);
+  const Bytes rounded = *rounded_size;
   BlockPool& pool = pool_for(rounded);
-  const Bytes segment_size = allocation_size(rounded);
+  const Bytes segment_size = *segment;
 
   auto release = [this](BlockId id) { release_block(id); };
 
@@ -86,8 +89,9 @@ Result<BlockId> PyTorchCaching::alloc_block(BlockPool& pool, StreamId stream, By
   if (is_retry) stats_.num_alloc_retries += 1;
   if (over_fraction(segment_size)) return no_block;
   // cudaMalloc: one page for the whole segment.
-  const Bytes page = align_up(segment_size, memory_.granularity());
-  auto made = create_segment(segment_size, page, AccessCalls::whole_range, stream, kind_of(pool));
+  const std::optional<Bytes> page = round_up_checked(segment_size, memory_.granularity());
+  if (!page) return no_block;
+  auto made = create_segment(segment_size, *page, AccessCalls::whole_range, stream, kind_of(pool));
   if (!made) {
     if (made.error().code == Errc::out_of_memory) return no_block;
     return std::move(made).error();  // PyTorch throws on any other CUDA error

@@ -1,7 +1,12 @@
 // The reference lines a replay report compares allocators against, computed from the trace alone: no
 // allocator, no driver.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <deque>
+#include <limits>
+#include <optional>
+#include <string>
 
 #include "tessera/replay.hpp"
 
@@ -24,17 +29,44 @@ void walk_live_bytes(const Trace& trace, Sample&& sample) {
   }
 }
 
+// Where the live bytes first pass 2^64 ("event 7", "initial block 2"); none when they never do. Such a trace
+// has no figures: its sums would wrap.
+std::optional<std::string> live_bytes_overflow(const Trace& trace) {
+  constexpr Bytes most = std::numeric_limits<Bytes>::max();
+  Bytes live = 0;
+  for (const InitialBlock& block : trace.initial_blocks) {
+    if (live > most - block.size) return fmt::format("initial block {}", block.id);
+    live += block.size;
+  }
+  for (std::size_t index = 0; index < trace.events.size(); ++index) {
+    const TraceEvent& event = trace.events[index];
+    if (event.kind == TraceEventKind::alloc) {
+      if (live > most - event.size) return fmt::format("event {} (alloc of {} bytes)", index, event.size);
+      live += event.size;
+    }
+    if (event.kind == TraceEventKind::free) live -= event.size;
+  }
+  return std::nullopt;
+}
+
 ReplayResult reference_line(const Trace& trace, Bytes granularity, std::string allocator) {
-  const TraceSummary summary = summarize(trace);
   ReplayResult result;
   result.trace = trace.name;
   result.allocator = std::move(allocator);
   result.driver = "none";
+  if (auto overflow = live_bytes_overflow(trace)) {
+    result.failure = fmt::format("{}: the live bytes pass 2^64", *overflow);
+    return result;
+  }
+  const TraceSummary summary = summarize(trace);
   result.peak_allocated = summary.peak_live_bytes;
   result.peak_reserved = summary.peak_live_bytes;
   result.reserved_at_peak_allocated = summary.peak_live_bytes;
-  result.min_capacity = align_up(summary.peak_live_bytes, granularity);
-  if (summary.peak_live_bytes > 0) {
+  // No capacity below 2^64 holds a peak within a granule of it.
+  if (summary.peak_live_bytes <= std::numeric_limits<Bytes>::max() - (granularity - 1)) {
+    result.min_capacity = align_up(summary.peak_live_bytes, granularity);
+  }
+  if (summary.peak_live_bytes > 0 && result.min_capacity) {
     result.overhead = static_cast<double>(*result.min_capacity) / static_cast<double>(summary.peak_live_bytes) - 1.0;
   }
   result.events = trace.events.size();
@@ -78,6 +110,7 @@ ReplayResult ideal_result(const Trace& trace, Bytes granularity) { return refere
 
 ReplayResult ideal_cache_result(const Trace& trace, Bytes granularity, std::size_t series_points) {
   ReplayResult result = reference_line(trace, granularity, "ideal_cache");
+  if (!result.failure.empty()) return result;
   result.avg_frag = avg_frag_floor(trace);
   if (series_points > 0) {
     // The replay's stride, so that the chart's lines share their x values.

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <limits>
+#include <new>
 
 #include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
@@ -30,8 +33,12 @@ Result<Rig> build_rig(const Trace& trace, const ReplayOptions& options, std::opt
     rig.clock = sim->clock;
     base = std::move(sim->driver);
   } else if (options.driver == "host") {
-    // Unlimited on the host driver: four times the trace's peak (the memfd is sparse; nothing is touched).
-    const Bytes unlimited = align_up(std::max<Bytes>(4 * summarize(trace).peak_live_bytes, 1 * GiB), options.granularity);
+    // Unlimited on the host driver: four times the trace's peak (the memfd is sparse; nothing is touched),
+    // and no more than the sim driver's unlimited, so that a trace of absurd sizes neither overflows it nor
+    // asks the kernel for more address space than it has.
+    const Bytes peak = summarize(trace).peak_live_bytes;
+    const Bytes unlimited =
+        align_up(peak >= sim_unlimited / 4 ? sim_unlimited : std::max<Bytes>(4 * peak, 1 * GiB), options.granularity);
     auto host = make_host_driver({.capacity = capacity.value_or(unlimited), .granularity = options.granularity});
     if (!host) return std::move(host).error();
     base = std::move(host).value();
@@ -46,7 +53,24 @@ Result<Rig> build_rig(const Trace& trace, const ReplayOptions& options, std::opt
   return rig;
 }
 
-// Replays the trace through the rig; `observe` runs after every event with the live requested bytes.
+// Where a replay failed, for its message: "event 12 (alloc of 4096 bytes)" or "initial block 3".
+std::string where(const Trace& trace, std::optional<std::size_t> event, BlockId initial_block) {
+  if (!event) return fmt::format("initial block {}", initial_block);
+  const TraceEvent& at = trace.events[*event];
+  switch (at.kind) {
+    case TraceEventKind::alloc:
+      return fmt::format("event {} (alloc of {} bytes)", *event, at.size);
+    case TraceEventKind::free:
+      return fmt::format("event {} (free of block {})", *event, at.block);
+    case TraceEventKind::iteration:
+      break;
+  }
+  return fmt::format("event {}", *event);
+}
+
+// Replays the trace through the rig; `observe` runs after every event with the live requested bytes. A
+// failure names the event; an exception from the allocator (std::bad_alloc when the host runs out of memory)
+// is such a failure, not an out-of-memory answer of the device.
 template <class Observe>
 Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& observe,
                  std::vector<Address>* kept_addresses = nullptr) {
@@ -55,45 +79,60 @@ Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& o
   addresses.assign(trace.block_count, 0);
   DeviceAllocator& allocator = *rig.allocator;
   Bytes live = 0;
-  auto allocate = [&](BlockId block, Bytes size, std::uint32_t stream, std::optional<std::size_t> event) -> Result<bool> {
+  std::optional<std::size_t> current;  // the event being replayed; none while placing the initial blocks
+  BlockId current_initial = 0;
+  auto failed = [&](const Error& error) {
+    return make_error(error.code, fmt::format("{}: {}", where(trace, current, current_initial), error.message),
+                      error.platform_code);
+  };
+  auto allocate = [&](BlockId block, Bytes size, std::uint32_t stream) -> Result<bool> {
     auto address = allocator.allocate(size, trace.streams[stream]);
     if (!address) {
-      if (address.error().code != Errc::out_of_memory) return std::move(address).error();
+      if (address.error().code != Errc::out_of_memory) return failed(address.error());
       result.oom = true;
-      result.oom_event = event;
+      result.oom_event = current;
       result.oom_message = address.error().message;
       return false;
     }
     addresses[block] = *address;
+    if (live > std::numeric_limits<Bytes>::max() - size) {
+      return failed(make_error(Errc::invalid_argument, "the live bytes pass 2^64"));
+    }
     live += size;
     return true;
   };
-  for (const InitialBlock& block : trace.initial_blocks) {
-    auto placed = allocate(block.id, block.size, block.stream, std::nullopt);
-    if (!placed) return std::move(placed).error();
-    if (!*placed) return {};
-  }
-  observe(std::size_t{0}, live, false);
-  for (std::size_t index = 0; index < trace.events.size(); ++index) {
-    const TraceEvent& event = trace.events[index];
-    switch (event.kind) {
-      case TraceEventKind::alloc: {
-        auto placed = allocate(event.block, event.size, event.stream, index);
-        if (!placed) return std::move(placed).error();
-        if (!*placed) return {};
-        break;
-      }
-      case TraceEventKind::free:
-        if (auto freed = allocator.deallocate(addresses[event.block]); !freed) {
-          return make_error(freed.error().code, fmt::format("{}: event {}: {}", trace.name, index, freed.error().message));
-        }
-        live -= event.size;
-        break;
-      case TraceEventKind::iteration:
-        break;
+  try {
+    for (const InitialBlock& block : trace.initial_blocks) {
+      current_initial = block.id;
+      auto placed = allocate(block.id, block.size, block.stream);
+      if (!placed) return std::move(placed).error();
+      if (!*placed) return {};
     }
-    result.events = index + 1;
-    observe(index, live, event.kind == TraceEventKind::iteration);
+    observe(std::size_t{0}, live, false);
+    for (std::size_t index = 0; index < trace.events.size(); ++index) {
+      current = index;
+      const TraceEvent& event = trace.events[index];
+      switch (event.kind) {
+        case TraceEventKind::alloc: {
+          auto placed = allocate(event.block, event.size, event.stream);
+          if (!placed) return std::move(placed).error();
+          if (!*placed) return {};
+          break;
+        }
+        case TraceEventKind::free:
+          if (auto freed = allocator.deallocate(addresses[event.block]); !freed) return failed(freed.error());
+          live -= event.size;
+          break;
+        case TraceEventKind::iteration:
+          break;
+      }
+      result.events = index + 1;
+      observe(index, live, event.kind == TraceEventKind::iteration);
+    }
+  } catch (const std::bad_alloc&) {
+    return failed(make_error(Errc::platform, "the host ran out of memory (std::bad_alloc)"));
+  } catch (const std::exception& exception) {
+    return failed(make_error(Errc::platform, fmt::format("exception: {}", exception.what())));
   }
   return {};
 }
@@ -110,8 +149,20 @@ void finish_driver_figures(const Rig& rig, ReplayResult& result) {
 }  // namespace
 
 Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
+  if (!is_power_of_two(options.granularity) || options.granularity < min_replay_granularity) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("replay granularity {} bytes: expected a power of two of at least {} bytes",
+                                  options.granularity, min_replay_granularity));
+  }
   if (auto valid = validate(trace); !valid) return std::move(valid).error();
-  auto rig = build_rig(trace, options, options.capacity);
+  auto rig = [&]() -> Result<Rig> {
+    try {
+      return build_rig(trace, options, options.capacity);
+    } catch (const std::exception& exception) {  // std::bad_alloc from a capacity of absurd size, say
+      return make_error(Errc::platform, fmt::format("setting up the {} allocator on the {} driver: {}",
+                                                    options.allocator, options.driver, exception.what()));
+    }
+  }();
   if (!rig) return std::move(rig).error();
 
   ReplayResult result;
@@ -191,7 +242,11 @@ Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOp
   auto fits = [&](Bytes capacity) -> Result<bool> {
     probe.capacity = capacity;
     auto attempt = replay(trace, probe);
-    if (!attempt) return std::move(attempt).error();
+    if (!attempt) {
+      const Error& error = attempt.error();
+      return make_error(error.code, fmt::format("at capacity {} (bisecting for min_capacity): {}", capacity, error.message),
+                        error.platform_code);
+    }
     return !attempt->oom;
   };
   // The unlimited replay's footprint is enough: the allocator made the same choices below it.
@@ -202,9 +257,12 @@ Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOp
     if (!unlimited) return std::move(unlimited).error();
     unlimited_peak = unlimited->peak_reserved;
   }
-  std::size_t low = std::max<std::size_t>(1, (result->peak_allocated + granule - 1) / granule);
-  std::size_t high = std::max<std::size_t>(low, (unlimited_peak + granule - 1) / granule);
+  // Granules, rounded up by division: a peak near 2^64 bytes must not overflow.
+  auto granules = [&](Bytes bytes) { return bytes / granule + (bytes % granule != 0 ? 1 : 0); };
+  std::size_t low = std::max<std::size_t>(1, granules(result->peak_allocated));
+  std::size_t high = std::max<std::size_t>(low, granules(unlimited_peak));
   for (;;) {
+    if (high > sim_unlimited / granule) return result;  // more than unlimited: min_capacity stays unknown
     auto ok = fits(high * granule);
     if (!ok) return std::move(ok).error();
     if (*ok) break;

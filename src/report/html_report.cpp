@@ -23,6 +23,7 @@ table { border-collapse: collapse; font-size: 12px; }
 th, td { padding: 3px 6px; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; white-space: normal; vertical-align: bottom; } td.name, th.name { text-align: left; }
 tr.trace td { background: #fafafa; font-weight: 600; text-align: left; }
+td.failure { text-align: left; white-space: normal; color: #a00; }
 .chart { display: block; max-width: 100%; height: auto; }
 .chart .plot { fill: #fcfcfc; stroke: #bbb; } .chart .grid { stroke: #e6e6e6; }
 .chart text { font-size: 11px; fill: #444; } .chart .axis { font-size: 12px; }
@@ -59,6 +60,11 @@ std::string summary_table(const std::vector<report::TraceGroup>& groups) {
   for (const report::TraceGroup& group : groups) {
     html += fmt::format("<tr class=\"trace\"><td colspan=\"14\">{}</td></tr>\n", escape_xml(group.trace));
     for (const ReplayResult* result : group.results) {
+      if (!result->failure.empty()) {
+        html += fmt::format("<tr><td class=\"name\">{}</td><td class=\"failure\" colspan=\"13\">failed: {}</td></tr>\n",
+                            escape_xml(result->allocator), escape_xml(result->failure));
+        continue;
+      }
       const bool replayed = !report::is_reference(*result);
       const auto steady = report::steady_calls_per_iteration(*result);
       html += fmt::format(
@@ -94,8 +100,10 @@ std::string overhead_chart(const std::vector<report::TraceGroup>& groups, const 
     report::BarGroup bar_group{group.trace, {}};
     for (const ReplayResult* result : group.results) {
       if (result->allocator == "ideal_cache") continue;  // its peaks and min_capacity are ideal's: one grey bar
-      bar_group.bars.push_back({result->allocator, color_of(result->allocator, order),
-                                with_min_capacity ? result->overhead : report::reserved_overhead(*result)});
+      const bool failed = !result->failure.empty();  // no figures: "n/a"
+      bar_group.bars.push_back(
+          {result->allocator, color_of(result->allocator, order),
+           failed ? std::nullopt : with_min_capacity ? result->overhead : report::reserved_overhead(*result)});
     }
     bars.push_back(std::move(bar_group));
   }

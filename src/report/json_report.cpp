@@ -45,6 +45,7 @@ Json to_json(const ReplayResult& result) {
   json["host_ns_per_op"] = replayed ? Json(result.host_ns_per_op) : Json(nullptr);
   json["events"] = result.events;
   json["calls_per_iteration"] = replayed ? Json(result.calls_per_iteration) : Json(nullptr);
+  json["failure"] = result.failure.empty() ? Json(nullptr) : Json(result.failure);
   return json;
 }
 

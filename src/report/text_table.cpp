@@ -31,6 +31,10 @@ std::string format_table(std::span<const ReplayResult> results) {
     for (const ReplayResult* result : group.results) events = std::max(events, result->events);
     out += fmt::format("{}  ({} events)\n", group.trace, events);
     for (const ReplayResult* result : group.results) {
+      if (!result->failure.empty()) {
+        out += fmt::format("  {:<12} failed: {}\n", result->allocator, result->failure);
+        continue;
+      }
       const bool replayed = !report::is_reference(*result);
       out += fmt::format(
           fmt::runtime(row), result->allocator, format_bytes(result->peak_allocated),

@@ -1,8 +1,10 @@
 // What every baseline model owes the replay, checked on each: the DeviceAllocator contract, consistency
 // with the driver's census through random work, out of memory and driver faults, a data oracle on the host
 // driver's real memory; and the factory and configuration reader.
+#include <limits>
 #include <map>
 #include <random>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -162,6 +164,42 @@ TEST_P(EveryModel, OutOfMemoryIsAnAnswerAndTheModelStaysConsistent) {
   for (Address block : live) release(*allocator, block);
   TESSERA_OK(allocator->empty_cache());
   expect_empty(*driver);
+}
+
+TEST_P(EveryModel, AnyHugeRequestIsOutOfMemoryWithoutHostMemoryInProportion) {
+  // Sizes whose rounding to 512 B, a power-of-two division, 2 MiB or a segment reaches or passes 2^64, and
+  // 2^63 - 1, the largest of a trace's int64 sizes: out of memory at once on a device of any capacity, with
+  // no list of 2^42 pages made on the way (std::bad_alloc) and the model still usable after.
+  constexpr Bytes most = std::numeric_limits<Bytes>::max();
+  const Bytes huge[] = {(Bytes{1} << 63) - 1, Bytes{1} << 63, (Bytes{1} << 63) + 1, most - 511, most - 2 * MiB, most};
+  for (const Bytes capacity : {80 * GiB, Bytes{1} << 44}) {
+    for (const std::size_t divisions : {std::size_t{0}, std::size_t{4}}) {
+      if (divisions != 0 && GetParam() == "gmlake") continue;  // GMLake rounds to whole chunks only
+      auto driver = sim_driver(capacity);
+      BaselineOptions options;
+      options.roundup_power2_divisions = divisions;
+      auto allocator = make(*driver, options);
+      const Address kept = alloc(*allocator, 3 * MiB);
+      const AllocatorStats before = allocator->stats();
+      std::uint64_t refused = 0;
+      for (const Bytes size : huge) {
+        Result<Address> block = make_error(Errc::platform, "not run");
+        ASSERT_NO_THROW(block = allocator->allocate(size, default_stream)) << size;
+        ASSERT_FALSE(block.ok()) << size << " bytes were handed out";
+        EXPECT_EQ(block.error().code, Errc::out_of_memory) << size << ": " << describe(block.error());
+        EXPECT_NE(block.error().message.find(std::to_string(size)), std::string::npos) << block.error().message;
+        ++refused;
+      }
+      EXPECT_EQ(allocator->stats().num_ooms, before.num_ooms + refused);
+      EXPECT_EQ(allocator->stats().allocated_bytes, before.allocated_bytes);
+      EXPECT_EQ(allocator->stats().reserved_bytes, driver->census().page_bytes);
+      const Address more = alloc(*allocator, 5 * MiB);
+      release(*allocator, more);
+      release(*allocator, kept);
+      TESSERA_OK(allocator->empty_cache());
+      expect_empty(*driver);
+    }
+  }
 }
 
 TEST_P(EveryModel, DriverFaultsNeverLeakOrCorruptTheBookkeeping) {

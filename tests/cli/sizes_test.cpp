@@ -43,5 +43,35 @@ TEST(ParseSizeArgument, TheErrorNamesTheOption) {
   }
 }
 
+std::string refusal(std::string_view text) {
+  try {
+    (void)parse_granule_argument("--granule", text, 4 * KiB);
+  } catch (const UsageError& error) {
+    return error.what();
+  }
+  return "accepted";
+}
+
+TEST(ParseGranuleArgument, APowerOfTwoOfAtLeastTheMinimum) {
+  EXPECT_EQ(parse_granule_argument("--granule", "2MiB", 4 * KiB), 2 * MiB);
+  EXPECT_EQ(parse_granule_argument("--granule", "4096", 4 * KiB), 4 * KiB);
+  EXPECT_EQ(parse_granule_argument("--granule", "4KiB", 4 * KiB), 4 * KiB);
+  // A bare number under the minimum was meant with a unit: the message says the unit is bytes.
+  EXPECT_EQ(refusal("2"), "--granule 2: the granule is in bytes (with a unit: 2MiB); at least 4KiB");
+  EXPECT_EQ(refusal(" 64 "), "--granule 64: the granule is in bytes (with a unit: 64MiB); at least 4KiB");
+  EXPECT_EQ(refusal("1"), "--granule 1: the granule is in bytes (with a unit: 1MiB); at least 4KiB");
+  EXPECT_EQ(refusal("1KiB"), "--granule 1KiB: the granule is at least 4KiB");
+  EXPECT_EQ(refusal("3MiB"), "--granule: '3MiB' is not a power of two");
+  EXPECT_TRUE(refusal("2XB").starts_with("--granule: '2XB' is not a size")) << refusal("2XB");
+}
+
+TEST(FormatSizeArgument, TheLargestWholeUnit) {
+  EXPECT_EQ(format_size_argument(4 * KiB), "4KiB");
+  EXPECT_EQ(format_size_argument(2 * MiB), "2MiB");
+  EXPECT_EQ(format_size_argument(1536 * KiB), "1536KiB");
+  EXPECT_EQ(format_size_argument(Bytes{1} << 40), "1TiB");
+  EXPECT_EQ(format_size_argument(100), "100");
+}
+
 }  // namespace
 }  // namespace tessera::cli

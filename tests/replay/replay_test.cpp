@@ -1,5 +1,8 @@
 // The replay engine's metrics, on hand-made traces whose answers are known.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include "tessera/replay.hpp"
 
@@ -142,6 +145,90 @@ TEST(Replay, BadInputIsANamedError) {
   auto no_device = replay(small_trace(), driver);
   ASSERT_FALSE(no_device.ok());
   EXPECT_NE(no_device.error().message.find("sim or host"), std::string::npos);
+}
+
+// A request of 2^63 - 1 bytes, the largest a trace's int64 size holds, between two ordinary ones.
+Trace huge_request_trace() {
+  Trace trace;
+  trace.name = "huge";
+  trace.streams = {default_stream};
+  trace.events = {
+      TraceEvent::alloc(0, 1 * MiB, 0),
+      TraceEvent::alloc(1, (Bytes{1} << 63) - 1, 0),
+      TraceEvent::free(0, 1 * MiB, 0),
+  };
+  trace.block_count = 2;
+  return trace;
+}
+
+TEST(Replay, RefusesAGranuleUnderTheHostPage) {
+  // The sim driver takes any power of two, but Tessera's allocator maps pages of a few granules: at 64 B
+  // it would map a page for every 64 B of a trace.
+  for (const Bytes granule : {Bytes{1}, Bytes{64}, Bytes{2048}, 3 * KiB}) {
+    ReplayOptions options;
+    options.granularity = granule;
+    auto refused = replay(small_trace(), options);
+    ASSERT_FALSE(refused.ok()) << granule;
+    EXPECT_EQ(refused.error().code, Errc::invalid_argument);
+    EXPECT_NE(refused.error().message.find(fmt::format("granularity {} bytes", granule)), std::string::npos)
+        << refused.error().message;
+    EXPECT_NE(refused.error().message.find("at least 4096 bytes"), std::string::npos) << refused.error().message;
+  }
+  ReplayOptions page;
+  page.granularity = min_replay_granularity;
+  EXPECT_FALSE(must(replay(small_trace(), page)).oom);
+}
+
+TEST(Replay, ARequestLargerThanAnyCapacityIsEachAllocatorsOutOfMemoryAnswer) {
+  const Trace trace = huge_request_trace();
+  for (const char* driver : {"sim", "host"}) {
+    for (const std::optional<Bytes> capacity : {std::optional<Bytes>{}, std::optional<Bytes>{80 * GiB}}) {
+      if (driver == std::string_view("host") && !capacity) continue;  // unlimited there is 16 TiB of address space
+      for (const char* allocator : {"tessera", "pytorch", "expandable", "gmlake"}) {
+        ReplayOptions options;
+        options.allocator = allocator;
+        options.driver = driver;
+        options.capacity = capacity;
+        auto result = replay(trace, options);
+        ASSERT_TRUE(result.ok()) << allocator << " on " << driver << ": " << describe(result.error());
+        EXPECT_TRUE(result->oom) << allocator << " on " << driver;
+        EXPECT_EQ(result->oom_event, std::optional<std::size_t>{1}) << allocator << " on " << driver;
+        EXPECT_EQ(result->peak_allocated, 1 * MiB) << allocator;
+        EXPECT_NE(result->oom_message.find("out of memory"), std::string::npos) << result->oom_message;
+      }
+    }
+  }
+  // The reference lines are the trace's own figures, with no capacity to run out of.
+  const ReplayResult ideal = ideal_result(trace, 2 * MiB);
+  EXPECT_TRUE(ideal.failure.empty()) << ideal.failure;
+  EXPECT_EQ(ideal.peak_allocated, (Bytes{1} << 63) - 1 + 1 * MiB);
+  EXPECT_EQ(ideal.min_capacity, (Bytes{1} << 63) + 2 * MiB);
+  EXPECT_TRUE(ideal_cache_result(trace, 2 * MiB, 10).failure.empty());
+}
+
+TEST(Replay, MinCapacityOfATraceThatNeverFitsStaysUnknown) {
+  for (const char* allocator : {"tessera", "pytorch", "expandable", "gmlake"}) {
+    ReplayOptions options;
+    options.allocator = allocator;
+    const ReplayResult result = must(replay_with_min_capacity(huge_request_trace(), options));
+    EXPECT_TRUE(result.oom) << allocator;
+    EXPECT_FALSE(result.min_capacity.has_value()) << allocator;
+  }
+}
+
+TEST(Replay, LiveBytesPast2To64AreAFailureOfTheReferenceLinesThatNamesTheEvent) {
+  Trace trace;
+  trace.name = "past";
+  trace.streams = {default_stream};
+  const Bytes most = (Bytes{1} << 63) - 1;
+  trace.events = {TraceEvent::alloc(0, most, 0), TraceEvent::alloc(1, most, 0), TraceEvent::alloc(2, most, 0)};
+  trace.block_count = 3;
+  for (const ReplayResult& line : {ideal_result(trace, 2 * MiB), ideal_cache_result(trace, 2 * MiB, 10)}) {
+    EXPECT_EQ(line.failure, fmt::format("event 2 (alloc of {} bytes): the live bytes pass 2^64", most)) << line.allocator;
+    EXPECT_FALSE(line.min_capacity.has_value());
+  }
+  // A replay answers out of memory at the first of them.
+  EXPECT_EQ(must(replay(trace, {})).oom_event, std::optional<std::size_t>{0});
 }
 
 }  // namespace

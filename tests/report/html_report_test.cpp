@@ -96,6 +96,20 @@ TEST(HtmlReport, WithoutSeriesSaysSo) {
   EXPECT_NE(html.find("No series was recorded"), std::string::npos);
 }
 
+TEST(HtmlReport, AFailedReplayIsARowThatSaysWhyAndNoBar) {
+  std::vector<ReplayResult> results = test::small_results();
+  ReplayResult failed;
+  failed.trace = results[0].trace;
+  failed.allocator = "gmlake";
+  failed.failure = "event 3 (alloc of <4096> bytes): failed";
+  results.push_back(failed);
+  const std::string html = format_html_report(results);
+  EXPECT_NE(html.find("<td class=\"failure\" colspan=\"13\">failed: event 3 (alloc of &lt;4096&gt; bytes): failed</td>"),
+            std::string::npos);
+  // Its bar is "n/a", not a 0% bar: a failed replay measured nothing.
+  EXPECT_NE(html.find("n/a"), std::string::npos);
+}
+
 TEST(HtmlReport, OutOfMemoryIsMarked) {
   ReplayOptions options;
   options.capacity = 6 * MiB;

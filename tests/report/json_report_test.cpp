@@ -29,7 +29,8 @@ const char* const fields[] = {"trace",
                               "syncs",
                               "host_ns_per_op",
                               "events",
-                              "calls_per_iteration"};
+                              "calls_per_iteration",
+                              "failure"};
 
 TEST(JsonReport, EveryFieldInOrderWithItsType) {
   const auto results = test::small_results();
@@ -107,6 +108,19 @@ TEST(JsonReport, OutOfMemoryNamesTheEvent) {
   const json entry = json::parse(format_json_report(results))["results"][0];
   EXPECT_EQ(entry["oom"], true);
   EXPECT_TRUE(entry["oom_event"].is_number_unsigned());
+}
+
+TEST(JsonReport, FailureIsNullUnlessTheReplayFailed) {
+  const json ran = json::parse(format_json_report(test::small_results()))["results"][0];
+  EXPECT_TRUE(ran["failure"].is_null());
+  ReplayResult failed;
+  failed.trace = "small";
+  failed.allocator = "gmlake";
+  failed.failure = "event 1 (alloc of 4096 bytes): the host ran out of memory (std::bad_alloc)";
+  const std::vector<ReplayResult> results{failed};
+  const json entry = json::parse(format_json_report(results))["results"][0];
+  EXPECT_EQ(entry["failure"], failed.failure);
+  EXPECT_EQ(entry["allocator"], "gmlake");
 }
 
 TEST(JsonReport, EmptyIsAnEmptyList) {

@@ -50,6 +50,20 @@ TEST(TextTable, OutOfMemoryAndMissingMinCapacity) {
   EXPECT_NE(lines[2].find("          - "), std::string::npos) << lines[2];
 }
 
+TEST(TextTable, AFailedReplayIsARowThatSaysWhy) {
+  std::vector<ReplayResult> results = test::small_results();
+  ReplayResult failed;
+  failed.trace = results[0].trace;
+  failed.allocator = "gmlake";
+  failed.failure = "event 3 (alloc of 4096 bytes): the host ran out of memory (std::bad_alloc)";
+  results.insert(results.begin() + 1, failed);
+  const auto lines = lines_of(format_table(results));
+  ASSERT_EQ(lines.size(), 5U);
+  EXPECT_TRUE(lines[2].starts_with("  tessera ")) << lines[2];
+  EXPECT_EQ(lines[3], "  gmlake       failed: " + failed.failure);
+  EXPECT_TRUE(lines[4].starts_with("  ideal ")) << lines[4];
+}
+
 TEST(FormatBytes, BinaryUnitsTwoDecimals) {
   EXPECT_EQ(format_bytes(0), "0 B");
   EXPECT_EQ(format_bytes(1023), "1023 B");

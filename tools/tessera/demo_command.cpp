@@ -88,6 +88,11 @@ int run_replay_demo(const DemoOptions& options) {
     throw UsageError(
         fmt::format("--driver: the replay demo runs on sim or host; '{}' is for --stitching", options.driver));
   }
+  // The report files must be writable before the replays, which take a while.
+  if (auto writable = check_writable(options.outputs); !writable) {
+    fmt::print(stderr, "tessera demo: {}\n", writable.error().message);
+    return exit_failure;
+  }
   ReplayPlan plan;
   plan.allocators = resolve_allocators(options.allocators, "--allocators");
   plan.options.driver = options.driver.empty() ? "sim" : options.driver;
@@ -100,6 +105,7 @@ int run_replay_demo(const DemoOptions& options) {
     throw UsageError(fmt::format("--traces: '{}' is not a directory", options.traces_dir));
   }
   std::vector<Trace> traces;
+  std::vector<std::string> paths;  // of the recorded traces, which come first
   std::size_t recorded = 0;
   if (fs::is_directory(dir)) {
     for (const fs::path& path : choose_traces(dir, options.all)) {
@@ -109,6 +115,7 @@ int run_replay_demo(const DemoOptions& options) {
         return exit_failure;
       }
       traces.push_back(std::move(trace).value());
+      paths.push_back(path.string());
       ++recorded;
     }
   }
@@ -142,16 +149,14 @@ int run_replay_demo(const DemoOptions& options) {
                             : fmt::format(" and {} generated workload{}", generated, generated == 1 ? "" : "s"),
              fmt::format("{}", fmt::join(plan.allocators, ", ")), plan.options.driver, plan.options.granularity / MiB);
   make_names_unique(traces);
-  auto results = run_replays(traces, plan);
-  if (!results) {
-    fmt::print(stderr, "tessera demo: {}\n", results.error().message);
-    return exit_failure;
-  }
+  std::vector<std::pair<std::string, std::string>> sources;
+  for (std::size_t i = 0; i < paths.size(); ++i) sources.emplace_back(traces[i].name, paths[i]);
+  const std::vector<ReplayResult> results = run_replays(traces, plan);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int status = write_outputs(*results, options.outputs, "tessera demo",
+  const int status = write_outputs(results, options.outputs, "tessera demo",
                                    fmt::format("Made by: {}\nTraces from {}.", command_line(), dir.string()));
   fmt::print(notes_stream(options.outputs), "done in {:.1f} s\n", seconds);
-  return status;
+  return report_failures(results, sources, "tessera demo") ? status : exit_failure;
 }
 
 }  // namespace

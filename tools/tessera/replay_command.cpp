@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "command.hpp"
 #include "replay_options.hpp"
@@ -26,6 +29,10 @@ struct ReplayCommandOptions {
 // The replay of the first allocator asked for, as a PyTorch snapshot that memory_viz opens: its addresses
 // and, for the tessera allocator, its segments and blocks at the end.
 int write_snapshot(const Trace& trace, const ReplayResult& result, const std::string& path) {
+  if (!result.failure.empty()) {
+    fmt::print(stderr, "tessera replay: --snapshot: the {} replay failed; no snapshot written\n", result.allocator);
+    return exit_failure;
+  }
   if (result.oom) {
     fmt::print(stderr, "tessera replay: --snapshot: the {} replay ran out of memory; no snapshot written\n",
                result.allocator);
@@ -50,6 +57,14 @@ int run_replay_command(const ReplayCommandOptions& options) {
     plan.options.keep_state = true;
   }
 
+  // Every file the run will write must be writable before the first replay, which can take minutes.
+  auto writable = check_writable(options.outputs);
+  if (writable && !options.snapshot.empty()) writable = check_writable("--snapshot", options.snapshot);
+  if (!writable) {
+    fmt::print(stderr, "tessera replay: {}\n", writable.error().message);
+    return exit_failure;
+  }
+
   std::vector<Trace> traces;
   for (const std::string& path : options.traces) {
     auto trace = read_input_trace(path, options.input);
@@ -60,15 +75,18 @@ int run_replay_command(const ReplayCommandOptions& options) {
     traces.push_back(std::move(trace).value());
   }
   make_names_unique(traces);
-  auto results = run_replays(traces, plan);
-  if (!results) {
-    fmt::print(stderr, "tessera replay: {}\n", results.error().message);
-    return exit_failure;
-  }
-  const int written = write_outputs(*results, options.outputs, "tessera replay", fmt::format("Made by: {}", command_line()));
-  if (options.snapshot.empty() || written != exit_success) return written;
-  for (const ReplayResult& result : *results) {
-    if (!is_reference_line(result.allocator)) return write_snapshot(traces.front(), result, options.snapshot);
+  std::vector<std::pair<std::string, std::string>> sources;
+  for (std::size_t i = 0; i < traces.size(); ++i) sources.emplace_back(traces[i].name, options.traces[i]);
+  const std::vector<ReplayResult> results = run_replays(traces, plan);
+  const int written = write_outputs(results, options.outputs, "tessera replay", fmt::format("Made by: {}", command_line()));
+  // A failed replay is reported for its allocator once every result is out; the run then exits 1.
+  const int status = report_failures(results, sources, "tessera replay") ? written : exit_failure;
+  if (options.snapshot.empty() || written != exit_success) return status;
+  for (const ReplayResult& result : results) {
+    if (!is_reference_line(result.allocator)) {
+      const int snapshot = write_snapshot(traces.front(), result, options.snapshot);
+      return status != exit_success ? status : snapshot;
+    }
   }
   fmt::print(stderr, "tessera replay: --snapshot: no allocator was replayed\n");
   return exit_failure;

@@ -19,7 +19,10 @@ void add_replay_arguments(CLI::App& app, ReplayArguments& arguments) {
       ->check(CLI::IsMember({"sim", "host"}))
       ->capture_default_str();
   app.add_option("--capacity", arguments.capacity, "Device capacity, e.g. 80GiB (default: unlimited)");
-  app.add_option("--granule", arguments.granule, "The driver's granule, a power of two")->capture_default_str();
+  app.add_option("--granule", arguments.granule,
+                 fmt::format("The driver's granule in bytes (or with a unit), a power of two of at least {}",
+                             format_size_argument(min_replay_granularity)))
+      ->capture_default_str();
   app.add_option("--conf", arguments.conf,
                  "Tessera's configuration, key:value,... as TESSERA_ALLOC_CONF (default: "
                  "that variable)");
@@ -31,10 +34,7 @@ ReplayPlan make_replay_plan(const ReplayArguments& arguments) {
   plan.allocators = resolve_allocators(arguments.allocators, "--allocators");
   plan.options.driver = arguments.driver;
   if (arguments.capacity) plan.options.capacity = parse_size_argument("--capacity", *arguments.capacity);
-  plan.options.granularity = parse_size_argument("--granule", arguments.granule);
-  if (!is_power_of_two(plan.options.granularity)) {
-    throw UsageError(fmt::format("--granule: '{}' is not a power of two", arguments.granule));
-  }
+  plan.options.granularity = parse_granule_argument("--granule", arguments.granule, min_replay_granularity);
   if (plan.options.capacity && *plan.options.capacity < plan.options.granularity) {
     throw UsageError(fmt::format("--capacity: '{}' is less than one granule", *arguments.capacity));
   }

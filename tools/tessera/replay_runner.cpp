@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
-#include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 
@@ -39,7 +39,39 @@ std::vector<std::string> resolve_allocators(const std::vector<std::string>& name
   return chosen;
 }
 
-Result<std::vector<ReplayResult>> run_replays(const std::vector<Trace>& traces, const ReplayPlan& plan) {
+namespace {
+
+// One job: a reference line, a replay, or a replay and its bisection. Never throws: whatever goes wrong is
+// the result's failure.
+ReplayResult run_job(const Trace& trace, const std::string& allocator, const ReplayPlan& plan) {
+  auto failed = [&](std::string why) {
+    ReplayResult result;
+    result.trace = trace.name;
+    result.allocator = allocator;
+    result.driver = plan.options.driver;
+    result.capacity = plan.options.capacity;
+    result.failure = std::move(why);
+    return result;
+  };
+  try {
+    if (auto reference = reference_result(allocator, trace, plan.options.granularity, plan.options.series_points)) {
+      return std::move(*reference);
+    }
+    ReplayOptions options = plan.options;
+    options.allocator = allocator;
+    auto result = plan.min_capacity ? replay_with_min_capacity(trace, options) : replay(trace, options);
+    if (!result) return failed(std::move(result).error().message);
+    return std::move(result).value();
+  } catch (const std::bad_alloc&) {
+    return failed("the host ran out of memory (std::bad_alloc)");
+  } catch (const std::exception& exception) {
+    return failed(fmt::format("exception: {}", exception.what()));
+  }
+}
+
+}  // namespace
+
+std::vector<ReplayResult> run_replays(const std::vector<Trace>& traces, const ReplayPlan& plan) {
   const std::size_t per_trace = plan.allocators.size();
   const std::size_t total = traces.size() * per_trace;
   std::vector<std::optional<ReplayResult>> slots(total);
@@ -52,36 +84,15 @@ Result<std::vector<ReplayResult>> run_replays(const std::vector<Trace>& traces, 
 
   Progress progress(plan.min_capacity ? "replaying + min capacity" : "replaying", total);
   std::atomic<std::size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex error_mutex;
-  std::optional<Error> first_error;
 
   auto work = [&] {
     for (;;) {
       const std::size_t taken = next.fetch_add(1);
-      if (taken >= total || failed.load()) return;
+      if (taken >= total) return;
       const std::size_t job = order[taken];
       const Trace& trace = traces[job / per_trace];
       const std::string& allocator = plan.allocators[job % per_trace];
-      Result<ReplayResult> result = [&]() -> Result<ReplayResult> {
-        if (auto reference = reference_result(allocator, trace, plan.options.granularity, plan.options.series_points)) {
-          return *reference;
-        }
-        ReplayOptions options = plan.options;
-        options.allocator = allocator;
-        return plan.min_capacity ? replay_with_min_capacity(trace, options) : replay(trace, options);
-      }();
-      if (!result) {
-        std::lock_guard lock(error_mutex);
-        if (!first_error) {
-          Error error = std::move(result).error();
-          error.message = fmt::format("{} with {}: {}", trace.name, allocator, error.message);
-          first_error = std::move(error);
-        }
-        failed = true;
-        return;
-      }
-      slots[job] = std::move(result).value();
+      slots[job] = run_job(trace, allocator, plan);
       progress.advance(fmt::format("{} {}", allocator, trace.name));
     }
   };
@@ -93,11 +104,25 @@ Result<std::vector<ReplayResult>> run_replays(const std::vector<Trace>& traces, 
     work();
   }
   progress.finish();
-  if (first_error) return std::move(*first_error);
   std::vector<ReplayResult> results;
   results.reserve(total);
   for (auto& slot : slots) results.push_back(std::move(*slot));
   return results;
+}
+
+bool report_failures(std::span<const ReplayResult> results, std::span<const std::pair<std::string, std::string>> sources,
+                     std::string_view command) {
+  bool none = true;
+  for (const ReplayResult& result : results) {
+    if (result.failure.empty()) continue;
+    none = false;
+    std::string source = result.trace;
+    for (const auto& [name, path] : sources) {
+      if (name == result.trace) source = path;
+    }
+    fmt::print(stderr, "{}: {} with {}: {}\n", command, source, result.allocator, result.failure);
+  }
+  return none;
 }
 
 }  // namespace tessera::cli

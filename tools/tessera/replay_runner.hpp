@@ -2,7 +2,10 @@
 // (each replay has its own driver and allocator, so they share nothing), with a progress bar on stderr.
 #pragma once
 
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tessera/replay.hpp"
@@ -16,8 +19,16 @@ struct ReplayPlan {
   unsigned jobs = 1;                    // threads
 };
 
-// Results trace by trace, allocators in the plan's order. The first error stops the run.
-Result<std::vector<ReplayResult>> run_replays(const std::vector<Trace>& traces, const ReplayPlan& plan);
+// Results trace by trace, allocators in the plan's order. A replay that fails (an error, not an
+// out-of-memory answer, or an exception such as std::bad_alloc) is a result with `failure` set, naming the
+// event; the other replays run on.
+std::vector<ReplayResult> run_replays(const std::vector<Trace>& traces, const ReplayPlan& plan);
+
+// Prints "<command>: <file> with <allocator>: <failure>" on stderr for every failed result; `sources` pairs
+// each trace's name in the results with its file (a trace not there, a generated one, goes by its name).
+// True when no result failed.
+bool report_failures(std::span<const ReplayResult> results, std::span<const std::pair<std::string, std::string>> sources,
+                     std::string_view command);
 
 // Reports group results by trace name: two traces of one name (two folders' "model.pickle") get "#2", "#3".
 void make_names_unique(std::vector<Trace>& traces);

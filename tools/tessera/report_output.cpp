@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "tessera/report.hpp"
@@ -34,6 +38,37 @@ void add_report_outputs(CLI::App& app, ReportOutputs& outputs) {
                  "Write the results as JSON to this file ('-': stdout, instead of the "
                  "table)");
   app.add_option("--html", outputs.html, "Write an HTML report with charts to this file");
+}
+
+Result<void> check_writable(std::string_view option, const std::string& path) {
+  namespace fs = std::filesystem;
+  auto refused = [&](const std::string& why, int err = 0) {
+    return make_error(Errc::invalid_argument, fmt::format("{} {}: {}", option, path, why), err);
+  };
+  auto writable = [](const fs::path& at, int mode) -> int { return ::access(at.c_str(), mode) == 0 ? 0 : errno; };
+  std::error_code ignored;
+  const fs::file_status file = fs::status(path, ignored);
+  if (fs::is_directory(file)) return refused("is a folder, not a file");
+  if (fs::exists(file)) {
+    if (const int err = writable(path, W_OK); err != 0) return refused(fmt::format("cannot write: {}", std::strerror(err)), err);
+    return {};
+  }
+  const fs::path folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  const fs::file_status parent = fs::status(folder, ignored);
+  if (!fs::exists(parent)) return refused(fmt::format("the folder {} does not exist", folder.string()));
+  if (!fs::is_directory(parent)) return refused(fmt::format("{} is not a folder", folder.string()));
+  if (const int err = writable(folder, W_OK | X_OK); err != 0) {
+    return refused(fmt::format("cannot create a file in {}: {}", folder.string(), std::strerror(err)), err);
+  }
+  return {};
+}
+
+Result<void> check_writable(const ReportOutputs& outputs) {
+  if (!outputs.json.empty() && outputs.json != "-") {
+    if (auto ok = check_writable("--json", outputs.json); !ok) return ok;
+  }
+  if (!outputs.html.empty()) return check_writable("--html", outputs.html);
+  return {};
 }
 
 std::FILE* notes_stream(const ReportOutputs& outputs) { return outputs.json == "-" ? stderr : stdout; }

@@ -29,6 +29,13 @@ const std::string& command_line();
 // document).
 std::FILE* notes_stream(const ReportOutputs& outputs);
 
+// Whether a file can be written at `path` (the option that named it leads the message): an existing file
+// that is writable, or a new name in a folder that exists and is writable. Checked before any replay, so
+// that a long run does not end in a message about a missing folder. Nothing is created.
+Result<void> check_writable(std::string_view option, const std::string& path);
+// The same for --json (unless "-") and --html.
+Result<void> check_writable(const ReportOutputs& outputs);
+
 // Prints the table (unless the JSON goes to stdout) and writes the files; says where each went.
 int write_outputs(std::span<const ReplayResult> results, const ReportOutputs& outputs, std::string_view command,
                   std::string_view note);

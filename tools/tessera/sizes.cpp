@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
@@ -99,6 +100,28 @@ Bytes parse_size_argument(std::string_view option, std::string_view text) {
       fmt::format("{}: '{}' is not a size (expected bytes or a number with a unit: 80GiB, 512MiB, "
                   "1.5GiB, 4096)",
                   option, text));
+}
+
+Bytes parse_granule_argument(std::string_view option, std::string_view text, Bytes minimum) {
+  const Bytes granule = parse_size_argument(option, text);
+  if (!is_power_of_two(granule)) throw UsageError(fmt::format("{}: '{}' is not a power of two", option, text));
+  if (granule >= minimum) return granule;
+  const std::string_view written = trim(text);
+  const bool bare = std::all_of(written.begin(), written.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+  if (bare) {
+    throw UsageError(fmt::format("{} {}: the granule is in bytes (with a unit: {}MiB); at least {}", option, written,
+                                 written, format_size_argument(minimum)));
+  }
+  throw UsageError(fmt::format("{} {}: the granule is at least {}", option, written, format_size_argument(minimum)));
+}
+
+std::string format_size_argument(Bytes size) {
+  static constexpr std::array<std::string_view, 4> names{"TiB", "GiB", "MiB", "KiB"};
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const Bytes unit = Bytes{1} << (10 * (names.size() - i));
+    if (size >= unit && size % unit == 0) return fmt::format("{}{}", size / unit, names[i]);
+  }
+  return fmt::format("{}", size);
 }
 
 }  // namespace tessera::cli
