@@ -3,10 +3,15 @@
 // manual time only the call the benchmark is named after.
 // Run: build/bench/tessera_driver_bench  (results and the exact command in docs/benchmarks.md)
 #include <benchmark/benchmark.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tessera/drivers.hpp"
 
@@ -74,7 +79,89 @@ void Cycle(benchmark::State& state, std::string_view driver_name, Timed timed) {
   }
 }
 
+std::size_t process_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t lines = 0;
+  for (std::string line; std::getline(maps, line);) ++lines;
+  return lines;
+}
+
+// The host driver's map as the process nears its mapping limit: maps that cannot merge (every other slot,
+// pages in reverse order, two kernel entries each) under a limit `room` entries above the process's count;
+// the first `skip` maps run untimed, then each iteration times one map. Far from the limit and in its last
+// 10% the time per map should be the same.
+void MapTowardsTheLimit(benchmark::State& state, std::size_t skip) {
+  constexpr Bytes granule = 64 * KiB;
+  constexpr std::size_t room = 40000;
+  constexpr std::size_t slots = room / 2;
+  auto driver = must(make_host_driver(
+      {.capacity = 2 * slots * granule, .granularity = granule, .max_map_count = process_mappings() + room}));
+  const Address base = must(driver->reserve(2 * slots * granule));
+  std::vector<PageId> pages;
+  for (std::size_t i = 0; i < slots; ++i) pages.push_back(must(driver->create_page(granule)));
+  std::size_t next = 0;
+  auto map_next = [&] {
+    must(driver->map(base + 2 * next * granule, pages[slots - 1 - next]));
+    ++next;
+  };
+  while (next < skip) map_next();
+  for (auto _ : state) {
+    const auto start = Clock::now();
+    map_next();
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  state.counters["kernel_mappings"] = static_cast<double>(process_mappings());
+  for (std::size_t i = 0; i < next; ++i) must(driver->unmap(base + 2 * i * granule));
+  for (PageId page : pages) must(driver->release_page(page));
+  must(driver->release_reservation(base));
+}
+
+// fork() with `MiB` of the host driver's memory written: the parent's fork() call, which copies the memory
+// for the child before it returns (the child exits at once, untimed).
+void ForkWithMemory(benchmark::State& state) {
+  const auto size = static_cast<Bytes>(state.range(0)) * MiB;
+  auto driver = must(make_host_driver({.capacity = 2 * GiB}));
+  Address base = 0;
+  PageId page{};
+  if (size > 0) {
+    base = must(driver->reserve(size));
+    page = must(driver->create_page(size));
+    must(driver->map(base, page));
+    std::memset(reinterpret_cast<void*>(static_cast<std::uintptr_t>(base)), 0x5a, size);
+  }
+  for (auto _ : state) {
+    const auto start = Clock::now();
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    const auto took = Clock::now() - start;
+    if (child < 0) throw std::runtime_error("fork failed");
+    waitpid(child, nullptr, 0);
+    state.SetIterationTime(std::chrono::duration<double>(took).count());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(size));
+  if (size > 0) {
+    must(driver->unmap(base));
+    must(driver->release_page(page));
+    must(driver->release_reservation(base));
+  }
+}
+
 void Register() {
+  benchmark::RegisterBenchmark("host/map_far_from_the_limit", MapTowardsTheLimit, std::size_t{0})
+      ->Iterations(2000)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("host/map_in_the_last_10%_before_the_limit", MapTowardsTheLimit, std::size_t{18000})
+      ->Iterations(1990)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("host/fork", ForkWithMemory)
+      ->Arg(0)
+      ->Arg(64)
+      ->Arg(512)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+
   const std::pair<const char*, Timed> calls[] = {
       {"reserve", Timed::reserve},           {"create_page", Timed::create_page},
       {"map", Timed::map},                   {"set_access", Timed::set_access},
