@@ -66,6 +66,7 @@ struct DriverCapabilities {
   bool host_pointers = false;       // addresses are host pointers the CPU may dereference (host)
   bool asynchronous = false;        // events may stay pending while the device works (CUDA, Ascend)
   bool partial_map = false;         // map_part(): a granule-aligned part of a page on its own (CUDA, host, sim)
+  bool survives_fork = false;       // a child of fork() may go on using it (host: it copies its memory; sim)
 };
 
 // What a driver holds right now; a leak check compares it with the state a test expects.

@@ -72,6 +72,10 @@ void release(std::string_view function, void* ptr, int device) {
     const auto address = static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr));
     Device* owner = existing_device(device);
     if (owner != nullptr) {
+      if (auto refused = unusable_after_fork(*owner)) {
+        set_last_error(fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr, device, refused->message));
+        return;
+      }
       auto freed = owner->allocator->deallocate(address);
       if (freed) return;
       if (freed.error().code != Errc::not_found) {
@@ -99,6 +103,10 @@ void release(std::string_view function, void* ptr, int device) {
 void empty_all_caches(std::string_view function) {
   guarded_void(function, [&] {
     for (Device* device : existing_devices()) {
+      if (auto refused = unusable_after_fork(*device)) {
+        set_last_error(fmt::format("{}: {}", function, refused->message));
+        continue;
+      }
       if (auto emptied = device->allocator->empty_cache(); !emptied) {
         set_last_error(fmt::format("{}: device {}: {}", function, device->index, describe(emptied.error())));
       }

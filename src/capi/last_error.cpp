@@ -22,6 +22,9 @@ std::string& process_error() {
 
 }  // namespace
 
+void lock_last_error() noexcept { process_mutex.lock(); }
+void unlock_last_error() noexcept { process_mutex.unlock(); }
+
 void set_last_error(std::string message) {
   {
     std::lock_guard lock(process_mutex);

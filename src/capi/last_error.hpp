@@ -8,4 +8,8 @@ namespace tessera::capi {
 // Records a failure: this thread's message, and the process's most recent one.
 void set_last_error(std::string message);
 
+// The lock of the process's message, for the fork handler (registry.cpp).
+void lock_last_error() noexcept;
+void unlock_last_error() noexcept;
+
 }  // namespace tessera::capi

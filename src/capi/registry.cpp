@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <array>
@@ -11,6 +12,8 @@
 #include <mutex>
 #include <optional>
 
+#include "capi/last_error.hpp"
+#include "driver/fork_guard.hpp"
 #include "tessera/drivers.hpp"
 
 namespace tessera::capi {
@@ -26,6 +29,31 @@ std::array<std::atomic<Device*>, max_devices> devices{};  // written under the m
 Settings settings;
 std::string chosen_driver;  // fixed when the first allocator is created
 std::size_t history_entries = 0;
+bool forked = false;  // set in a child of fork(), before it has a second thread
+
+// fork(): the registry's and the error message's locks are taken before the fork guard's (a handler
+// registered after the guard's runs its prepare first), because devices join the guard under the registry's
+// lock.
+void install_fork_handlers() {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    detail::install_fork_handlers();
+    pthread_atfork(
+        [] {
+          creation_mutex.lock();
+          lock_last_error();
+        },
+        [] {
+          unlock_last_error();
+          creation_mutex.unlock();
+        },
+        [] {
+          forked = true;
+          unlock_last_error();
+          creation_mutex.unlock();
+        });
+  });
+}
 
 std::optional<std::string> environment(const char* name) {
   const char* value = std::getenv(name);
@@ -193,11 +221,25 @@ Error device_out_of_range(int index) {
                     fmt::format("device {} is out of range: Tessera serves devices 0 to {}", index, max_devices - 1));
 }
 
+std::optional<Error> unusable_after_fork(const Device& device) {
+  if (!forked || device.driver->capabilities().survives_fork || device.creator == getpid()) return std::nullopt;
+  return make_error(Errc::unavailable,
+                    fmt::format("device {} ({} driver) was opened by process {}, and this process ({}) is a fork() "
+                                "of it: a device context does not survive fork(); start worker processes with the "
+                                "'spawn' method",
+                                device.index, device.driver_name, device.creator, getpid()));
+}
+
 Result<Device*> device_for(int index, Platform platform) {
-  if (Device* found = existing_device(index)) return found;
+  auto usable = [](Device* device) -> Result<Device*> {
+    if (auto refused = unusable_after_fork(*device)) return std::move(*refused);
+    return device;
+  };
+  if (Device* found = existing_device(index)) return usable(found);
   if (index < 0 || index >= max_devices) return device_out_of_range(index);
+  install_fork_handlers();
   std::lock_guard lock(creation_mutex);
-  if (Device* found = existing_device(index)) return found;
+  if (Device* found = existing_device(index)) return usable(found);
   return create_device(index, platform);
 }
 

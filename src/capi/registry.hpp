@@ -3,9 +3,13 @@
 // driver and configuration they are created with.
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +28,7 @@ inline constexpr int max_devices = 64;
 
 struct Device {
   int index = 0;
+  pid_t creator = getpid();  // a fork()'s child may use the device only where the driver survives fork
   std::string driver_name;
   std::unique_ptr<Driver> driver;
   UsageCounter usage;
@@ -39,6 +44,8 @@ Device* existing_device(int index) noexcept;
 // Every device whose allocator exists, in index order.
 std::vector<Device*> existing_devices();
 Error device_out_of_range(int index);
+// Set in a child of fork() for a device whose driver cannot be used there (CUDA, Ascend): the reason.
+std::optional<Error> unusable_after_fork(const Device& device);
 
 // tessera_configure: null arguments keep the environment's choice. Checks everything now.
 Result<void> configure(const char* driver, const char* alloc_conf);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "driver/fork_guard.hpp"
 #include "tessera/allocator_observer.hpp"
 
 namespace tessera::capi {
@@ -35,15 +36,21 @@ struct Usage {
   PoolUsage large_pool;
 };
 
-class UsageCounter final : public AllocatorObserver {
+class UsageCounter final : public AllocatorObserver, private detail::ForkMember {
  public:
   void block_allocated(const BlockEvent& event) override;
   void block_freed(const BlockEvent& event) override;
   Usage usage() const;
 
  private:
+  // fork(): a reader on another thread may hold the lock.
+  void prepare_fork() noexcept override { mutex_.lock(); }
+  void after_fork_in_parent() noexcept override { mutex_.unlock(); }
+  void after_fork_in_child() noexcept override { mutex_.unlock(); }
+
   mutable std::mutex mutex_;  // the allocator calls under its own lock; readers come from any thread
   Usage usage_;
+  detail::ForkGuardMembership fork_membership_{*this, detail::ForkRank::observer};  // last: leaves first
 };
 
 }  // namespace tessera::capi

@@ -44,7 +44,8 @@ class SimDriver final : public detail::PlatformDriver, public SimClock {
                                           .data_access = false,
                                           .host_pointers = false,
                                           .asynchronous = false,
-                                          .partial_map = true},
+                                          .partial_map = true,
+                                          .survives_fork = true},
                        options.granularity, options.capacity),
         latency_(options.latency) {}
 

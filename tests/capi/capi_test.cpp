@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -21,12 +23,14 @@
 #include <thread>
 #include <vector>
 
+#include "support/child_process.hpp"
 #include "tessera/tessera_c.h"
 #include "tessera/trace.hpp"
 
 namespace {
 
 using Json = nlohmann::json;
+using tessera::test_support::describe;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -645,6 +649,108 @@ TEST(CApiFakeCuda, ADeviceTheDriverDoesNotHaveIsAClearError) {
     EXPECT_EQ(tessera_alloc(1000, 3, nullptr), nullptr);
     const std::string message = last_error();
     EXPECT_TRUE(contains(message, "cannot start the cuda driver for device 3")) << message;
+  });
+}
+#endif
+
+// ---- fork(): a child never shares the parent's memory or finds a lock held
+
+// A block of the parent's, its bytes checked in the child and after it.
+bool holds(const void* block, std::size_t size, unsigned char value) {
+  const auto* bytes = static_cast<const unsigned char*>(block);
+  for (std::size_t i = 0; i < size; ++i) {
+    if (bytes[i] != value) return false;
+  }
+  return true;
+}
+
+TEST(CApiFork, AHostDevicesChildFreesAndAllocatesOnlyItsOwnMemory) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "256MiB"}}, [] {
+    constexpr std::size_t size = std::size_t{1} << 20;
+    void* live = tessera_alloc(size, 0, nullptr);
+    ASSERT_NE(live, nullptr) << last_error();
+    std::memset(live, 0xab, size);
+    const auto end = tessera::test_support::run_in_child([&] {
+      if (!holds(live, size, 0xab)) return 10;
+      tessera_free(live, size, 0, nullptr);
+      std::vector<void*> mine;
+      for (int i = 0; i < 16; ++i) {
+        mine.push_back(tessera_alloc(size, 0, nullptr));
+        if (mine.back() == nullptr) return 11;
+        std::memset(mine.back(), 0xcd, size);
+      }
+      for (void* block : mine) tessera_free(block, size, 0, nullptr);
+      tessera_empty_cache();
+      return 0;
+    });
+    EXPECT_EQ(end.exit_code, 0) << describe(end);
+    EXPECT_TRUE(holds(live, size, 0xab)) << "the child's allocations wrote the parent's block";
+    EXPECT_EQ(stats_of(0).allocations, 1U) << "the child's free freed the parent's block";
+    tessera_free(live, size, 0, nullptr);
+    EXPECT_EQ(stats_of(0).allocations, 0U);
+  });
+}
+
+// Other threads hold the registry's, the error message's and the statistics' locks over and over while the
+// main thread forks: every child allocates, reads the message and the statistics, and exits.
+TEST(CApiFork, ForkWhileOtherThreadsAreInTheCApiNeverHangsTheChild) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "64MiB"}}, [] {
+    ASSERT_NE(tessera_alloc(512, 0, nullptr), nullptr) << last_error();
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&, t] {
+        while (!stop.load(std::memory_order_relaxed)) {
+          (void)tessera_alloc(std::size_t{1} << 40, t, nullptr);  // refused: the message's lock; device 1 is created
+          tessera_memory_stats stats{};
+          (void)tessera_get_memory_stats(0, &stats);
+          (void)tessera_last_error_any_thread();
+        }
+      });
+    }
+    int hung = 0;
+    int failed = 0;
+    for (int i = 0; i < 20; ++i) {
+      const auto end = tessera::test_support::run_in_child(
+          [] {
+            void* block = tessera_alloc(4096, 0, nullptr);
+            if (block == nullptr) return 10;
+            tessera_free(block, 4096, 0, nullptr);
+            tessera_memory_stats stats{};
+            if (tessera_get_memory_stats(0, &stats) != 0) return 11;
+            (void)tessera_last_error_any_thread();
+            return tessera_alloc(4096, 2, nullptr) == nullptr ? 12 : 0;  // a device of its own
+          },
+          std::chrono::seconds(10));
+      hung += end.hung ? 1 : 0;
+      failed += !end.hung && end.exit_code != 0 ? 1 : 0;
+    }
+    stop = true;
+    for (std::thread& thread : threads) thread.join();
+    EXPECT_EQ(hung, 0);
+    EXPECT_EQ(failed, 0);
+  });
+}
+
+#ifdef TESSERA_FAKE_CUDA_LIBRARY
+TEST(CApiFork, ACudaDevicesChildIsRefusedByNameAndFreesNothing) {
+  in_fresh_process({{"TESSERA_CUDA_LIBRARY", TESSERA_FAKE_CUDA_LIBRARY}}, [] {
+    constexpr std::size_t size = std::size_t{4} << 20;
+    void* live = tessera_alloc(size, 0, nullptr);
+    ASSERT_NE(live, nullptr) << last_error();
+    tessera_free(tessera_alloc(size, 0, nullptr), size, 0, nullptr);  // cached: the child must not get it
+    const auto end = tessera::test_support::run_in_child([&] {
+      if (tessera_alloc(size, 0, nullptr) != nullptr) return 10;
+      const std::string refused = last_error();
+      if (!contains(refused, "is a fork() of it") || !contains(refused, "spawn")) return 11;
+      tessera_free(live, size, 0, nullptr);
+      if (!contains(last_error(), "nothing was freed")) return 12;
+      return stats_of(0).allocations == 1U ? 0 : 13;
+    });
+    EXPECT_EQ(end.exit_code, 0) << describe(end);
+    EXPECT_EQ(stats_of(0).allocations, 1U);
+    tessera_free(live, size, 0, nullptr);
+    EXPECT_EQ(stats_of(0).allocations, 0U) << last_error();
   });
 }
 #endif

@@ -26,6 +26,12 @@ TEST(HostDriver, RejectsBadOptionsByName) {
   auto capacity = make_host_driver({.capacity = 3 * MiB, .granularity = 2 * MiB});
   ASSERT_FALSE(capacity.ok());
   EXPECT_NE(capacity.error().message.find("capacity"), std::string::npos);
+
+  // The memfd is twice the capacity: 2^63 would wrap to a 0-byte memfd.
+  auto wraps = make_host_driver({.capacity = Bytes{1} << 63, .granularity = 2 * MiB});
+  ASSERT_FALSE(wraps.ok());
+  EXPECT_EQ(wraps.error().code, Errc::invalid_argument);
+  EXPECT_NE(wraps.error().message.find("more than a memfd can back"), std::string::npos) << wraps.error().message;
 }
 
 TEST(HostDriver, AddressesAreHostPointersThatReachThePage) {
