@@ -262,8 +262,13 @@ Arena* TesseraAllocatorImpl::find_or_add_arena(std::pair<std::uintptr_t, MemoryP
   return last_arena_;
 }
 
+// A product past 2^64 saturates to the largest granule multiple, which the driver then refuses to reserve.
 Bytes TesseraAllocatorImpl::region_span(Bytes at_least) const {
-  const Bytes span = std::max<Bytes>(driver_.capacity() / granule_ * granule_, granule_) * config_.virtual_factor;
+  const Bytes capacity = std::max<Bytes>(driver_.capacity() / granule_ * granule_, granule_);
+  Bytes span = 0;
+  if (__builtin_mul_overflow(capacity, Bytes{config_.virtual_factor}, &span)) {
+    span = std::numeric_limits<Bytes>::max() / granule_ * granule_;
+  }
   return std::max(span, align_up(at_least, granule_));
 }
 
@@ -289,7 +294,14 @@ Result<Address> TesseraAllocatorImpl::place(Bytes rounded, Bytes requested, Stre
   if (free_block == nullptr) {
     const Bytes span = region_span(rounded);
     auto base = driver_.reserve(span);
-    if (!base) return std::move(base).error();
+    if (!base) {
+      // Address space, not device memory: say so, with what sized the region.
+      Error error = std::move(base).error();
+      error.message = fmt::format("no virtual address space for a new region of {} bytes (virtual_factor {} x "
+                                  "capacity {}): {}",
+                                  span, config_.virtual_factor, driver_.capacity(), error.message);
+      return error;
+    }
     arena->add_region(*base, span);
     free_block = arena->best_fit(rounded);
   }

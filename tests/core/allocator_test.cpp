@@ -495,3 +495,24 @@ TEST(AllocatorStitchCount, OnlyPagesReclaimTookInThisCallCount) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A capacity whose regions cannot fit in the address space: the request is out of memory, and the message
+// says it is the virtual space (and what sized it), not the device's memory.
+TEST(AllocatorAddressSpace, ARegionBeyondTheAddressSpaceIsNamedAsSuch) {
+  auto driver = test_support::must(make_host_driver({.capacity = Bytes{64} << 40, .granularity = granule}));
+  auto allocator = test_support::must(make_tessera_allocator(*driver));
+  auto refused = allocator->allocate(1, default_stream);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::out_of_memory);
+  EXPECT_NE(refused.error().message.find("no virtual address space for a new region"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("virtual_factor 2"), std::string::npos) << refused.error().message;
+  EXPECT_EQ(allocator->check(), std::nullopt);
+  EXPECT_EQ(driver->census(), DriverCensus{});
+}
+
+}  // namespace
+}  // namespace tessera
