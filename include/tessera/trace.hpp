@@ -96,8 +96,8 @@ struct TraceSummary {
 TraceSummary summarize(const Trace& trace);
 
 // Every id and stream index in range; every initial block and every alloc names a block not seen before
-// (ids are never reused); every free names a live block and repeats its size and stream. The error names
-// the first offending event.
+// (ids are never reused) and has at least one byte; every free names a live block and repeats its size and
+// stream. The error names the first offending event.
 Result<void> validate(const Trace& trace);
 
 // ---- Readers. Each reads a whole file; gzip-compressed input is recognized by its magic bytes and

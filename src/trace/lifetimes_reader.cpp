@@ -119,9 +119,13 @@ Result<Trace> parse_lifetimes_inflated(std::string_view text, std::string_view s
   TraceBuilder builder;
   const std::uint32_t stream = builder.stream(default_stream);
   for (const Step& step : steps) {
-    // Ids are unique and every lifetime is non-empty: only the number of blocks can fail.
+    // Ids are unique and every lifetime is non-empty: only a size of 0 and the number of blocks can fail.
     const TraceBuilder::Status status =
         step.alloc ? builder.alloc(step.id, step.size, stream, no_time) : builder.free(step.id, no_time);
+    if (status == TraceBuilder::Status::zero_size) {
+      return fail(line_of_id[step.id],
+                  fmt::format("tensor {} of 0 bytes: {}", step.id, TraceBuilder::zero_size_reason));
+    }
     if (status != TraceBuilder::Status::ok) {
       return fail(line_of_id[step.id], fmt::format("tensor {} is one block too many", step.id));
     }
@@ -132,13 +136,15 @@ Result<Trace> parse_lifetimes_inflated(std::string_view text, std::string_view s
 }  // namespace trace_detail
 
 Result<Trace> parse_lifetimes_csv(std::string_view bytes, std::string_view source) {
-  return trace_detail::with_inflated(bytes, source, [source](std::string_view text, bool) {
-    return trace_detail::parse_lifetimes_inflated(text, source);
-  });
+  return trace_detail::with_inflated(
+      bytes, source,
+      [source](std::string_view text, bool) { return trace_detail::parse_lifetimes_inflated(text, source); },
+      trace_detail::trace_start_check(TraceFormat::lifetimes_csv, source));
 }
 
 Result<Trace> read_lifetimes_csv(const std::filesystem::path& path) {
-  Result<std::string> bytes = trace_detail::read_file_bytes(path);
+  Result<std::string> bytes =
+      trace_detail::read_file_bytes(path, trace_detail::trace_start_check(TraceFormat::lifetimes_csv, path.string()));
   if (!bytes) return std::move(bytes).error();
   return parse_lifetimes_csv(*bytes, path.string());
 }

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 namespace tessera::trace_detail {
@@ -68,12 +70,129 @@ std::size_t PickleTree::size(PickleRef value) const {
   return kind(value) == PickleKind::dict ? count / 2 : count;
 }
 
+namespace {
+
+// Dict keys are hashed by what Python compares: the class (str, bytes, number, None) and the value, with
+// an int, a bool and an integral float of one value alike (1 == True == 1.0 in Python).
+enum class KeyClass : std::uint64_t { text = 1, bytes = 2, number = 3, real = 4, none = 5 };
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t key_class_hash(KeyClass key_class, std::uint64_t value) {
+  return mix(value ^ (static_cast<std::uint64_t>(key_class) << 56));
+}
+
+std::uint64_t text_hash(KeyClass key_class, std::string_view text) {
+  return key_class_hash(key_class, std::hash<std::string_view>{}(text));
+}
+
+// A float that equals an int64 is that int as a key.
+std::optional<std::int64_t> integral(double value) {
+  if (!(value >= -0x1p63 && value < 0x1p63) || std::trunc(value) != value) return std::nullopt;
+  return static_cast<std::int64_t>(value);
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> PickleTree::key_hash(PickleRef key) const {
+  const Node& node = nodes_[key];
+  switch (node.kind) {
+    case PickleKind::string: return text_hash(KeyClass::text, strings_[node.payload]);
+    case PickleKind::bytes: return text_hash(KeyClass::bytes, strings_[node.payload]);
+    case PickleKind::integer:
+    case PickleKind::boolean: return key_class_hash(KeyClass::number, static_cast<std::uint64_t>(node.number));
+    case PickleKind::real: {
+      const double value = std::bit_cast<double>(node.number);
+      if (const auto whole = integral(value)) {
+        return key_class_hash(KeyClass::number, static_cast<std::uint64_t>(*whole));
+      }
+      if (std::isnan(value)) return std::nullopt;  // NaN equals nothing, itself included
+      return key_class_hash(KeyClass::real, static_cast<std::uint64_t>(node.number));
+    }
+    case PickleKind::none: return key_class_hash(KeyClass::none, 0);
+    default: return std::nullopt;  // big ints and containers: kept as set, never merged
+  }
+}
+
+bool PickleTree::same_key(PickleRef a, PickleRef b) const {
+  const Node& x = nodes_[a];
+  const Node& y = nodes_[b];
+  if (x.kind == PickleKind::string || x.kind == PickleKind::bytes) {
+    return y.kind == x.kind && strings_[x.payload] == strings_[y.payload];
+  }
+  if (x.kind == PickleKind::none) return y.kind == PickleKind::none;
+  auto whole = [](const Node& node) -> std::optional<std::int64_t> {
+    if (node.kind == PickleKind::integer || node.kind == PickleKind::boolean) return node.number;
+    if (node.kind == PickleKind::real) return integral(std::bit_cast<double>(node.number));
+    return std::nullopt;
+  };
+  if (const auto number = whole(x)) return whole(y) == number;
+  if (x.kind == PickleKind::real && y.kind == PickleKind::real) {
+    return std::bit_cast<double>(x.number) == std::bit_cast<double>(y.number);
+  }
+  return false;
+}
+
+void PickleTree::set_item(std::uint32_t container, PickleRef key, PickleRef value) {
+  std::vector<PickleRef>& items = containers_[container];
+  const std::optional<std::uint64_t> hash = key_hash(key);
+  const auto indexed = dict_indexes_.find(container);
+  if (hash) {  // a key set before keeps its place and takes the new value, as in Python
+    if (indexed != dict_indexes_.end()) {
+      const auto [begin, end] = indexed->second.equal_range(*hash);
+      for (auto it = begin; it != end; ++it) {
+        if (same_key(items[2 * it->second], key)) {
+          items[2 * it->second + 1] = value;
+          return;
+        }
+      }
+    } else {
+      for (std::size_t i = 0; i < items.size(); i += 2) {
+        if (same_key(items[i], key)) {
+          items[i + 1] = value;
+          return;
+        }
+      }
+    }
+  }
+  items.push_back(key);
+  items.push_back(value);
+  const std::size_t pairs = items.size() / 2;
+  if (indexed != dict_indexes_.end()) {
+    if (hash) indexed->second.emplace(*hash, static_cast<std::uint32_t>(pairs - 1));
+  } else if (pairs > indexed_from) {
+    DictIndex& index = dict_indexes_[container];
+    for (std::size_t pair = 0; pair < pairs; ++pair) {
+      if (const auto pair_hash = key_hash(items[2 * pair])) index.emplace(*pair_hash, static_cast<std::uint32_t>(pair));
+    }
+  }
+}
+
 std::optional<PickleRef> PickleTree::find(PickleRef dict, std::string_view key) const {
   if (kind(dict) != PickleKind::dict) return std::nullopt;
-  const std::span<const PickleRef> pairs = items(dict);
-  for (std::size_t i = pairs.size(); i >= 2; i -= 2) {  // backwards: the last value set wins
-    const Node& node = nodes_[pairs[i - 2]];
-    if (node.kind == PickleKind::string && strings_[node.payload] == key) return pairs[i - 1];
+  const std::uint32_t container = nodes_[dict].payload;
+  const std::vector<PickleRef>& pairs = containers_[container];
+  auto holds = [&](std::size_t i) {
+    const Node& node = nodes_[pairs[i]];
+    return node.kind == PickleKind::string && strings_[node.payload] == key;
+  };
+  // Keys are merged as they are set, so the first match is the only one.
+  const auto indexed = dict_indexes_.find(container);
+  if (indexed == dict_indexes_.end()) {
+    for (std::size_t i = 0; i < pairs.size(); i += 2) {
+      if (holds(i)) return pairs[i + 1];
+    }
+    return std::nullopt;
+  }
+  const auto [begin, end] = indexed->second.equal_range(text_hash(KeyClass::text, key));
+  for (auto it = begin; it != end; ++it) {
+    if (holds(2 * std::size_t{it->second})) return pairs[2 * std::size_t{it->second} + 1];
   }
   return std::nullopt;
 }
@@ -117,6 +236,15 @@ std::string_view refused_opcode_name(unsigned char op) {
 class PickleMachine {
  public:
   PickleMachine(std::string_view bytes, std::string_view source) : data_(bytes), source_(source) {}
+
+  // Runs the first opcode only, and keeps its error if the machine does not run that opcode.
+  std::optional<Error> first_opcode_refusal() {
+    if (data_.empty()) return {};
+    position_ = 1;
+    std::optional<Error> error = step(static_cast<unsigned char>(data_[0]));
+    if (!refused_) return {};
+    return error;
+  }
 
   Result<PickleTree> run() {
     while (true) {
@@ -262,6 +390,7 @@ class PickleMachine {
       case 'j': return get(4, "LONG_BINGET");
       default: break;
     }
+    refused_ = true;
     const std::string_view name = refused_opcode_name(op);
     if (!name.empty()) {
       return fail(fmt::format("unsupported pickle opcode {} (0x{:02x}): only plain data is read", name, op));
@@ -319,7 +448,11 @@ class PickleMachine {
     if (kind == PickleKind::dict && (stack_.size() - mark) % 2 != 0) return fail("DICT with an odd number of items");
     std::vector<PickleRef> items(stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
     stack_.resize(mark);
-    return push_container(kind, std::move(items));
+    if (kind != PickleKind::dict) return push_container(kind, std::move(items));
+    if (auto error = push_container(kind, {})) return error;
+    const std::uint32_t container = tree_.nodes_[stack_.back()].payload;
+    for (std::size_t i = 0; i < items.size(); i += 2) tree_.set_item(container, items[i], items[i + 1]);
+    return {};
   }
 
   std::optional<Error> tuple_of(std::size_t count) {
@@ -335,6 +468,10 @@ class PickleMachine {
     if (node.kind != kind) {
       return fail(fmt::format("{} on a {}, not a {}", opcode, to_string(node.kind), to_string(kind)));
     }
+    if (kind == PickleKind::dict) {
+      tree_.set_item(node.payload, *items.begin(), *(items.begin() + 1));
+      return {};
+    }
     auto& container = tree_.containers_[node.payload];
     container.insert(container.end(), items.begin(), items.end());
     return {};
@@ -347,8 +484,12 @@ class PickleMachine {
     if (node.kind != kind) {
       return fail(fmt::format("{} on a {}, not a {}", opcode, to_string(node.kind), to_string(kind)));
     }
-    auto& container = tree_.containers_[node.payload];
-    container.insert(container.end(), stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
+    if (kind == PickleKind::dict) {
+      for (std::size_t i = mark; i < stack_.size(); i += 2) tree_.set_item(node.payload, stack_[i], stack_[i + 1]);
+    } else {
+      auto& container = tree_.containers_[node.payload];
+      container.insert(container.end(), stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
+    }
     stack_.resize(mark);
     return {};
   }
@@ -429,6 +570,7 @@ class PickleMachine {
   std::size_t position_ = 0;
   std::size_t op_offset_ = 0;  // the opcode being run, for messages
   bool stopped_ = false;
+  bool refused_ = false;  // the last opcode run is one this machine does not run
   PickleTree tree_;
   std::vector<PickleRef> stack_;
   std::vector<std::size_t> marks_;
@@ -438,6 +580,10 @@ class PickleMachine {
 
 Result<PickleTree> parse_pickle(std::string_view bytes, std::string_view source) {
   return PickleMachine(bytes, source).run();
+}
+
+std::optional<Error> check_pickle_start(std::string_view bytes, std::string_view source) {
+  return PickleMachine(bytes, source).first_opcode_refusal();
 }
 
 }  // namespace tessera::trace_detail

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "tessera/trace.hpp"
@@ -76,6 +77,14 @@ class SnapshotReader {
     return make_error(Errc::invalid_argument, fmt::format("{}: {} {}", source_, where, what));
   }
 
+  // A refused alloc or declaration other than one at a live address.
+  Error builder_error(std::string_view where, TraceBuilder::Status status) const {
+    if (status == TraceBuilder::Status::zero_size) {
+      return fail(where, fmt::format("is a block of 0 bytes: {}", TraceBuilder::zero_size_reason));
+    }
+    return fail(where, "is one block too many");
+  }
+
   // A required integer field of a dict.
   std::optional<Error> field(PickleRef dict, std::string_view key, std::string_view where, std::int64_t& out) const {
     const std::optional<PickleRef> value = tree_.find(dict, key);
@@ -130,11 +139,12 @@ class SnapshotReader {
         if (status == TraceBuilder::Status::already_live) {
           return fail(located, fmt::format("at address {:#x}, which holds a live block", key));
         }
-        if (status != TraceBuilder::Status::ok) return fail(located, "is one block too many");
+        if (status != TraceBuilder::Status::ok) return builder_error(located, status);
       } else {
         // A free of an address the recording never used frees a block live before it began.
-        if (!builder_.seen(key) && builder_.declare_initial(key, size, stream) != TraceBuilder::Status::ok) {
-          return fail(located, "is one block too many");
+        if (!builder_.seen(key)) {
+          const TraceBuilder::Status status = builder_.declare_initial(key, size, stream);
+          if (status != TraceBuilder::Status::ok) return builder_error(located, status);
         }
         if (builder_.free(key, time) != TraceBuilder::Status::ok) {
           return fail(located, fmt::format("of address {:#x}, which holds no live block", key));
@@ -184,6 +194,14 @@ class SnapshotReader {
       }
       const std::optional<PickleRef> blocks = tree_.find(segment, "blocks");
       if (!blocks) continue;
+      // Each segment has blocks of its own. A pickle's memo can hand one list to every segment, and reading
+      // it once per segment would take time quadratic in the file's size.
+      if (const auto [first, inserted] = blocks_lists_.try_emplace(*blocks, s); !inserted) {
+        return fail(fmt::format("{}.blocks", where),
+                    fmt::format("is the list of segments[{}] again (the pickle shares it): a snapshot lists each "
+                                "block once",
+                                first->second));
+      }
       // Snapshots before PyTorch 2.1 give blocks no address: they tile the segment in order.
       auto block_address = static_cast<std::uint64_t>(address);
       for (std::size_t b = 0; b < tree_.items(*blocks).size(); ++b) {
@@ -206,9 +224,8 @@ class SnapshotReader {
           if (tree_.find(block, "requested_size")) {
             if (auto error = size_field(block, "requested_size", block_where, requested)) return error;
           }
-          if (builder_.declare_initial(block_address, requested, stream_of(segment)) != TraceBuilder::Status::ok) {
-            return fail(block_where, "is one block too many");
-          }
+          const TraceBuilder::Status status = builder_.declare_initial(block_address, requested, stream_of(segment));
+          if (status != TraceBuilder::Status::ok) return builder_error(block_where, status);
         }
         block_address += size;
       }
@@ -246,6 +263,7 @@ class SnapshotReader {
   std::int64_t reserved_delta_ = 0;                    // segment bytes gained since the first event
   std::vector<std::int64_t> reserved_delta_at_event_;  // reserved_delta_ as each trace event was read
   std::unordered_set<std::uint64_t> segments_seen_;    // addresses of segment_alloc and segment_free
+  std::unordered_map<PickleRef, std::size_t> blocks_lists_;  // the segment each blocks list was read for
 };
 
 }  // namespace
@@ -264,14 +282,18 @@ Result<PytorchRecording> parse_pytorch_inflated(std::string_view bytes, std::str
 
 Result<PytorchRecording> parse_pytorch_recording(std::string_view bytes, std::string_view source,
                                                  const PytorchSnapshotOptions& options) {
-  return trace_detail::with_inflated(bytes, source, [&](std::string_view pickle, bool inflated) {
-    return trace_detail::parse_pytorch_inflated(pickle, source, inflated, options);
-  });
+  return trace_detail::with_inflated(
+      bytes, source,
+      [&](std::string_view pickle, bool inflated) {
+        return trace_detail::parse_pytorch_inflated(pickle, source, inflated, options);
+      },
+      trace_detail::trace_start_check(TraceFormat::pytorch_snapshot, source));
 }
 
 Result<PytorchRecording> read_pytorch_recording(const std::filesystem::path& path,
                                                 const PytorchSnapshotOptions& options) {
-  Result<std::string> bytes = trace_detail::read_file_bytes(path);
+  Result<std::string> bytes = trace_detail::read_file_bytes(
+      path, trace_detail::trace_start_check(TraceFormat::pytorch_snapshot, path.string()));
   if (!bytes) return std::move(bytes).error();
   return parse_pytorch_recording(*bytes, path.string(), options);
 }

@@ -1,26 +1,28 @@
 // read_trace: one entry point for every format. The content decides first (a pickle starts with PROTO,
 // Tessera's text with its magic, a lifetimes CSV with its header, STAlloc with a record or marker line),
-// the extension only when the content is not telling.
+// the extension only when the content is not telling. Before the whole file is read or inflated, its start
+// must be one a trace of that format can have.
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "tessera/trace.hpp"
 #include "trace/gzip_file.hpp"
+#include "trace/pickle_reader.hpp"
 #include "trace/readers.hpp"
 #include "trace/text_lines.hpp"
 
 namespace tessera {
 
-namespace {
+namespace trace_detail {
 
 TraceFormat format_by_content(std::string_view bytes) {
   if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80) return TraceFormat::pytorch_snapshot;
   if (bytes.starts_with("tessera-trace")) return TraceFormat::text;
-  trace_detail::LineScanner lines(bytes);
+  LineScanner lines(bytes);
   std::string_view line;
   while (lines.next(line)) {
-    line = trace_detail::trim(line);
+    line = trim(line);
     if (line.empty()) continue;
     if (line.starts_with("id,") || line.find(",lower,") != std::string_view::npos) return TraceFormat::lifetimes_csv;
     if (std::count(line.begin(), line.end(), ',') >= 3) return TraceFormat::lifetimes_csv;
@@ -42,33 +44,80 @@ TraceFormat format_by_extension(std::string_view source) {
   return TraceFormat::automatic;
 }
 
-}  // namespace
+Error unknown_format_error(std::string_view source) {
+  return make_error(Errc::invalid_argument,
+                    fmt::format("{}: cannot tell the trace format from the content or the name (PyTorch snapshot "
+                                "pickle, lifetimes CSV, STAlloc log or tessera-trace text)",
+                                source));
+}
 
-Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options) {
-  return trace_detail::with_inflated(bytes, source, [&](std::string_view data, bool inflated) -> Result<Trace> {
-    TraceFormat format = options.format;
-    if (format == TraceFormat::automatic) format = format_by_content(data);
-    if (format == TraceFormat::automatic) format = format_by_extension(source);
+PrefixCheck trace_start_check(TraceFormat forced, std::string_view source_name) {
+  return [forced, source = std::string(source_name)](std::string_view prefix, bool complete,
+                                                     bool inflated) -> std::optional<Error> {
+    LineScanner lines(prefix);
+    std::string_view line;
+    bool found = false;  // a non-blank line
+    while (!found && lines.next(line)) found = !trim(line).empty();
+    // Every text format's first line is text; a NUL byte there is binary data, whatever follows.
+    const bool binary = found && line.find('\0') != std::string_view::npos;
+    TraceFormat format = forced;
+    if (format == TraceFormat::automatic) {
+      const TraceFormat content = format_by_content(prefix);
+      const bool by_first_bytes = content == TraceFormat::pytorch_snapshot || content == TraceFormat::text;
+      // Otherwise the first line decides, once it is whole in the prefix.
+      if (!by_first_bytes && !binary && !complete && !(found && lines.terminated())) return {};
+      format = by_first_bytes || !binary ? content : TraceFormat::automatic;
+      if (format == TraceFormat::automatic) format = format_by_extension(source);
+      if (format == TraceFormat::automatic) return unknown_format_error(source);
+    }
     switch (format) {
-      case TraceFormat::pytorch_snapshot: {
-        Result<PytorchRecording> recording = trace_detail::parse_pytorch_inflated(data, source, inflated, options.pytorch);
-        if (!recording) return std::move(recording).error();
-        return std::move(recording->trace);
-      }
-      case TraceFormat::lifetimes_csv: return trace_detail::parse_lifetimes_inflated(data, source);
-      case TraceFormat::stalloc: return trace_detail::parse_stalloc_inflated(data, source);
-      case TraceFormat::text: return trace_detail::parse_text_inflated(data, source);
+      case TraceFormat::pytorch_snapshot:
+        return check_pickle_start(prefix, inflated ? fmt::format("{} (inflated)", source) : source);
+      case TraceFormat::lifetimes_csv:
+      case TraceFormat::stalloc:
+      case TraceFormat::text:
+        if (!binary) return {};
+        return make_error(Errc::invalid_argument,
+                          fmt::format("{}:{}: a NUL byte in the first line: binary data, not a {} trace", source,
+                                      lines.line_number(),
+                                      format == TraceFormat::text      ? "tessera-trace text"
+                                      : format == TraceFormat::stalloc ? "STAlloc log"
+                                                                       : "lifetimes CSV"));
       case TraceFormat::automatic: break;
     }
-    return make_error(Errc::invalid_argument,
-                      fmt::format("{}: cannot tell the trace format from the content or the name (PyTorch snapshot "
-                                  "pickle, lifetimes CSV, STAlloc log or tessera-trace text)",
-                                  source));
-  });
+    return {};
+  };
+}
+
+}  // namespace trace_detail
+
+Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options) {
+  return trace_detail::with_inflated(
+      bytes, source,
+      [&](std::string_view data, bool inflated) -> Result<Trace> {
+        TraceFormat format = options.format;
+        if (format == TraceFormat::automatic) format = trace_detail::format_by_content(data);
+        if (format == TraceFormat::automatic) format = trace_detail::format_by_extension(source);
+        switch (format) {
+          case TraceFormat::pytorch_snapshot: {
+            Result<PytorchRecording> recording =
+                trace_detail::parse_pytorch_inflated(data, source, inflated, options.pytorch);
+            if (!recording) return std::move(recording).error();
+            return std::move(recording->trace);
+          }
+          case TraceFormat::lifetimes_csv: return trace_detail::parse_lifetimes_inflated(data, source);
+          case TraceFormat::stalloc: return trace_detail::parse_stalloc_inflated(data, source);
+          case TraceFormat::text: return trace_detail::parse_text_inflated(data, source);
+          case TraceFormat::automatic: break;
+        }
+        return trace_detail::unknown_format_error(source);
+      },
+      trace_detail::trace_start_check(options.format, source));
 }
 
 Result<Trace> read_trace(const std::filesystem::path& path, const TraceReadOptions& options) {
-  Result<std::string> bytes = trace_detail::read_file_bytes(path);
+  Result<std::string> bytes =
+      trace_detail::read_file_bytes(path, trace_detail::trace_start_check(options.format, path.string()));
   if (!bytes) return std::move(bytes).error();
   return parse_trace(*bytes, path.string(), options);
 }

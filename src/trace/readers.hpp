@@ -3,11 +3,25 @@
 // inflated data, not in the file.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "tessera/trace.hpp"
+#include "trace/gzip_file.hpp"
 
 namespace tessera::trace_detail {
+
+// The format read_trace reads content as: `format` when forced, else from the content, else from the name.
+// A first non-blank line holding a NUL byte is binary, no text format.
+TraceFormat format_by_content(std::string_view bytes);
+TraceFormat format_by_extension(std::string_view source);
+Error unknown_format_error(std::string_view source);
+
+// The PrefixCheck for content read as `format` (automatic: chosen as read_trace chooses) from `source`: it
+// refuses a start that can be no such trace (no format at all, a first byte that is no pickle opcode the
+// reader runs, a text format's first line with a NUL byte) with the error naming the source and the
+// position, and passes a start it cannot yet judge (a first line longer than the prefix).
+PrefixCheck trace_start_check(TraceFormat format, std::string_view source);
 
 Result<PytorchRecording> parse_pytorch_inflated(std::string_view bytes, std::string_view source, bool inflated,
                                                 const PytorchSnapshotOptions& options);

@@ -82,15 +82,21 @@ Result<Trace> parse_stalloc_inflated(std::string_view text, std::string_view sou
       if (status == TraceBuilder::Status::already_live) {
         return fail(number, fmt::format("malloc returned {:#x}, which is still live", pointer));
       }
+      if (status == TraceBuilder::Status::zero_size) {
+        return fail(number,
+                    fmt::format("malloc of 0 bytes returned {:#x}: {}", pointer, TraceBuilder::zero_size_reason));
+      }
       if (status != TraceBuilder::Status::ok) return fail(number, "one block too many");
       size_of[pointer] = size;
       continue;
     }
     // A free of a pointer never seen: a block live before recording began, of the size the free names.
     if (!builder.seen(pointer)) {
-      if (builder.declare_initial(pointer, size, stream_index) != TraceBuilder::Status::ok) {
-        return fail(number, "one block too many");
+      const TraceBuilder::Status status = builder.declare_initial(pointer, size, stream_index);
+      if (status == TraceBuilder::Status::zero_size) {
+        return fail(number, fmt::format("free of {:#x} with 0 bytes: {}", pointer, TraceBuilder::zero_size_reason));
       }
+      if (status != TraceBuilder::Status::ok) return fail(number, "one block too many");
       size_of[pointer] = size;
     }
     if (!builder.is_live(pointer)) return fail(number, fmt::format("free of {:#x}, which is not live", pointer));
@@ -108,13 +114,15 @@ Result<Trace> parse_stalloc_inflated(std::string_view text, std::string_view sou
 }  // namespace trace_detail
 
 Result<Trace> parse_stalloc_trace(std::string_view bytes, std::string_view source) {
-  return trace_detail::with_inflated(bytes, source, [source](std::string_view text, bool) {
-    return trace_detail::parse_stalloc_inflated(text, source);
-  });
+  return trace_detail::with_inflated(
+      bytes, source,
+      [source](std::string_view text, bool) { return trace_detail::parse_stalloc_inflated(text, source); },
+      trace_detail::trace_start_check(TraceFormat::stalloc, source));
 }
 
 Result<Trace> read_stalloc_trace(const std::filesystem::path& path) {
-  Result<std::string> bytes = trace_detail::read_file_bytes(path);
+  Result<std::string> bytes =
+      trace_detail::read_file_bytes(path, trace_detail::trace_start_check(TraceFormat::stalloc, path.string()));
   if (!bytes) return std::move(bytes).error();
   return parse_stalloc_trace(*bytes, path.string());
 }

@@ -188,6 +188,9 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
       if (auto error = stream_field(3, stream)) return std::move(*error);
       const TraceBuilder::Status status = builder.declare_initial(id, size, stream);
       if (status == TraceBuilder::Status::already_live) return fail(fmt::format("block {} is declared twice", id));
+      if (status == TraceBuilder::Status::zero_size) {
+        return fail(fmt::format("block {} of 0 bytes: {}", id, TraceBuilder::zero_size_reason));
+      }
       if (status != TraceBuilder::Status::ok) return fail("too many blocks");
     } else if (kind == "a") {
       if (auto error = expect(2, 2)) return std::move(*error);
@@ -197,6 +200,9 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
       if (auto error = time_field(4, time)) return std::move(*error);
       const TraceBuilder::Status status = builder.alloc(id, size, stream, time);
       if (status == TraceBuilder::Status::already_live) return fail(fmt::format("block {} is allocated while live", id));
+      if (status == TraceBuilder::Status::zero_size) {
+        return fail(fmt::format("block {} of 0 bytes: {}", id, TraceBuilder::zero_size_reason));
+      }
       if (status != TraceBuilder::Status::ok) return fail("too many blocks");
     } else if (kind == "f") {
       if (auto error = expect(1, 1)) return std::move(*error);
@@ -228,13 +234,14 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
 }  // namespace trace_detail
 
 Result<Trace> parse_text_trace(std::string_view bytes, std::string_view source) {
-  return trace_detail::with_inflated(bytes, source, [source](std::string_view text, bool) {
-    return trace_detail::parse_text_inflated(text, source);
-  });
+  return trace_detail::with_inflated(
+      bytes, source, [source](std::string_view text, bool) { return trace_detail::parse_text_inflated(text, source); },
+      trace_detail::trace_start_check(TraceFormat::text, source));
 }
 
 Result<Trace> read_text_trace(const std::filesystem::path& path) {
-  Result<std::string> bytes = trace_detail::read_file_bytes(path);
+  Result<std::string> bytes =
+      trace_detail::read_file_bytes(path, trace_detail::trace_start_check(TraceFormat::text, path.string()));
   if (!bytes) return std::move(bytes).error();
   return parse_text_trace(*bytes, path.string());
 }

@@ -95,6 +95,8 @@ Result<void> validate(const Trace& trace) {
                               trace.streams.size()));
     }
     if (state[block.id] != State::unused) return fail(fmt::format("initial block {} is listed twice", block.id));
+    // The readers' rule (trace_builder): no allocator can hand out a block of 0 bytes to replay.
+    if (block.size == 0) return fail(fmt::format("initial block {} has 0 bytes", block.id));
     state[block.id] = State::live;
     size[block.id] = block.size;
     stream[block.id] = block.stream;
@@ -117,6 +119,7 @@ Result<void> validate(const Trace& trace) {
       if (block == State::freed) {
         return fail(fmt::format("event {} allocates block {} again: block ids are not reused", i, event.block));
       }
+      if (event.size == 0) return fail(fmt::format("event {} allocates block {} of 0 bytes", i, event.block));
       block = State::live;
       size[event.block] = event.size;
       stream[event.block] = event.stream;

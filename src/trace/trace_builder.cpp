@@ -14,6 +14,7 @@ std::uint32_t TraceBuilder::stream(StreamId platform_stream) {
 TraceBuilder::Status TraceBuilder::new_block(std::uint64_t key, std::uint64_t size, std::uint32_t stream,
                                              BlockId& id) {
   if (live_.contains(key)) return Status::already_live;
+  if (size == 0) return Status::zero_size;
   if (blocks_.size() >= std::numeric_limits<BlockId>::max()) return Status::too_many;
   id = static_cast<BlockId>(blocks_.size());
   blocks_.push_back(Block{size, stream});

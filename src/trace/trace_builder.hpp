@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -21,10 +22,16 @@ class TraceBuilder {
     not_live,      // free of a key with no live block
     seen_before,   // declare_initial of a key that events already used: it cannot have been live before them
     too_many,      // more blocks than BlockId holds
+    zero_size,     // alloc or declare_initial of 0 bytes
   };
+
+  // Why a block of 0 bytes is refused, for the readers' messages, which add where it is.
+  static constexpr std::string_view zero_size_reason =
+      "allocators hand out no block for 0 bytes, and PyTorch records no event for one";
 
   std::uint32_t stream(StreamId platform_stream);
 
+  // One rule for every format, the same as validate()'s: a block has at least one byte.
   Status alloc(std::uint64_t key, std::uint64_t size, std::uint32_t stream, std::int64_t time_us);
   // Frees the live block of `key`; its size and stream go into the event.
   Status free(std::uint64_t key, std::int64_t time_us);

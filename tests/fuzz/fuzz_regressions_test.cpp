@@ -16,6 +16,7 @@
 #include "targets.hpp"
 #include "tessera/allocator.hpp"
 #include "tessera/trace.hpp"
+#include "trace/gzip_file.hpp"
 
 namespace tessera::fuzz {
 namespace {
@@ -217,6 +218,32 @@ TEST(FuzzPytorchSnapshot, AStreamWithTheTopBitSurvivesTheWriter) {
   ASSERT_TRUE(back.ok()) << back.error().message;
   ASSERT_EQ(back->streams.size(), 1u);
   EXPECT_EQ(static_cast<std::uintptr_t>(back->streams[0]), (std::uintptr_t{1} << 63) | 1);
+}
+
+// A block of 0 bytes, which the readers used to accept and every replay then failed on: each reader refuses
+// it with its position, and every target passes it.
+TEST(FuzzRegressions, ABlockOfZeroBytesIsRefusedWithItsPosition) {
+  const std::pair<std::string_view, std::string_view> inputs[] = {
+      {"text_trace", "tessera-trace 1\na 1 0\nend\n"},
+      {"lifetimes_csv", "id,lower,upper,size\n0,0,1,0\n"},
+      {"stalloc_trace", "1 0x10 0 0\n"},
+  };
+  for (const auto& [name, input] : inputs) {
+    Result<Trace> refused = parse_trace(input, fuzz_source);
+    ASSERT_FALSE(refused.ok()) << name;
+    EXPECT_NE(refused.error().message.find(name == "text_trace" ? "fuzz-input:2: " : "fuzz-input:"), std::string::npos)
+        << refused.error().message;
+    EXPECT_NE(refused.error().message.find("of 0 bytes"), std::string::npos) << refused.error().message;
+    for (const Target& each : targets()) expect_passes(each.name, input);
+  }
+}
+
+// Zeros that gzip shrinks a thousandfold: refused from their first bytes by every reader, not inflated whole.
+TEST(FuzzRegressions, AGzipBombPassesEveryReader) {
+  const std::string bomb = trace_detail::gzip(std::string(std::size_t{64} << 20, '\0'));
+  for (const char* reader : {"pytorch_snapshot", "lifetimes_csv", "stalloc_trace", "text_trace"}) {
+    expect_passes(reader, bomb);
+  }
 }
 
 TEST(FuzzAllocatorConfig, AValidConfigurationPassesAndAnUnknownKeyIsNamed) {

@@ -67,6 +67,8 @@ TEST(LifetimesCsv, BadLinesAreErrorsThatNameTheLine) {
   expect_error("id,lower,upper,size\n0,0,2,-10\n", "l.csv:2:", "size '-10'");
   expect_error("id,lower,upper,size\n0,3,3,10\n", "l.csv:2:", "ends at step 3, not after it starts at 3");
   expect_error("id,lower,upper,size\n0,0,2,10\n\n0,1,3,10\n", "l.csv:4:", "listed again (first on line 2)");
+  expect_error("id,lower,upper,size\n0,0,2,10\n1,1,3,0\n", "l.csv:3:",
+               "tensor 1 of 0 bytes: allocators hand out no block");
   Result<Trace> file = read_trace(data_dir / "bad_lifetimes.csv");
   ASSERT_FALSE(file.ok());
   EXPECT_NE(file.error().message.find("bad_lifetimes.csv:3: upper 'x'"), std::string::npos) << file.error().message;

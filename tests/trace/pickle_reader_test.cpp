@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "trace/pickle_reader.hpp"
@@ -216,6 +217,102 @@ TEST(PickleReader, TheLastValueOfARepeatedKeyWins) {
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(parsed->integer(*parsed->find(parsed->root(), "k")), 2);
   EXPECT_FALSE(parsed->find(parsed->root(), "missing").has_value());
+}
+
+// As in Python, a dict holds one pair per key: setting a key again keeps its place and takes the new value,
+// and keys that Python finds equal (1, True and 1.0) are one key. str and bytes are not.
+TEST(PickleReader, ARepeatedKeyIsOnePairAsInPython) {
+  Assembler p;
+  p.proto(4).op('}').mark();
+  p.short_unicode("a").binint1(1).short_unicode("b").binint1(2).short_unicode("a").binint1(3);  // SETITEMS
+  p.binint1(1).short_unicode("one").op(0x88).short_unicode("true").binfloat(1.0).short_unicode("float");
+  p.short_bytes("a").binint1(4).op('N').binint1(5).op('N').binint1(6).binfloat(0.5).binint1(7).binfloat(0.5).binint1(8);
+  p.op('u').short_unicode("b").binint1(9).op('s');  // SETITEM
+  p.stop();
+  Result<PickleTree> parsed = parse_pickle(p.str(), "dup");
+  ASSERT_TRUE(parsed.ok()) << describe(parsed.error());
+  const PickleTree& tree = *parsed;
+  const PickleRef root = tree.root();
+  // {"a": 3, "b": 9, 1: "float", b"a": 4, None: 6, 0.5: 8}: pickle.loads gives these 6 pairs in this order.
+  ASSERT_EQ(tree.size(root), 6u);
+  const auto pairs = tree.items(root);
+  EXPECT_EQ(tree.string(pairs[0]), "a");
+  EXPECT_EQ(tree.integer(pairs[1]), 3);
+  EXPECT_EQ(tree.string(pairs[2]), "b");
+  EXPECT_EQ(tree.integer(pairs[3]), 9);
+  EXPECT_EQ(tree.kind(pairs[4]), PickleKind::integer);  // the first key set stays, as Python keeps it
+  EXPECT_EQ(tree.string(pairs[5]), "float");
+  EXPECT_EQ(tree.kind(pairs[6]), PickleKind::bytes);
+  EXPECT_EQ(tree.integer(pairs[7]), 4);
+  EXPECT_EQ(tree.kind(pairs[8]), PickleKind::none);
+  EXPECT_EQ(tree.integer(pairs[9]), 6);
+  EXPECT_EQ(tree.real(pairs[10]), 0.5);
+  EXPECT_EQ(tree.integer(pairs[11]), 8);
+  EXPECT_EQ(tree.integer(*tree.find(root, "a")), 3);
+  EXPECT_EQ(tree.integer(*tree.find(root, "b")), 9);
+}
+
+// A dict that the memo hands to many places, and whose key is set over and over, holds one pair: the
+// cost of a lookup depends on neither (the reader scanned every setting of every key on each lookup).
+TEST(PickleReader, ADictSetOverAndOverAndSharedStaysOnePairPerKey) {
+  constexpr std::size_t repeats = 20000;
+  Assembler p;
+  p.proto(4).op(']').mark();
+  p.op('}').mark().short_unicode("action").short_unicode("free_requested").short_unicode("pad");
+  for (std::size_t i = 0; i + 1 < 2 * repeats; ++i) p.op('2');  // DUP: ("pad", "pad") set `repeats` times
+  p.short_unicode("size").binint(512).short_unicode("size").binint(1 << 20).op('u');
+  for (std::size_t i = 0; i + 1 < repeats; ++i) p.op('2');  // the same dict `repeats` times in the list
+  p.op('e').stop();
+  Result<PickleTree> parsed = parse_pickle(p.str(), "shared");
+  ASSERT_TRUE(parsed.ok()) << describe(parsed.error());
+  const PickleTree& tree = *parsed;
+  const auto events = tree.items(tree.root());
+  ASSERT_EQ(events.size(), repeats);
+  EXPECT_EQ(events.front(), events.back());  // one dict, shared
+  EXPECT_EQ(tree.size(events.front()), 3u);   // action, pad, size: as pickle.loads keeps it
+  EXPECT_EQ(tree.integer(*tree.find(events.back(), "size")), 1 << 20);
+  EXPECT_EQ(tree.string(*tree.find(events.back(), "action")), "free_requested");
+}
+
+// Large dicts are indexed: every key of many is found, set again in place, and a missing one is not found.
+TEST(PickleReader, EveryKeyOfALargeDictIsFound) {
+  constexpr int keys = 3000;
+  Assembler p;
+  p.proto(4).op('}').mark();
+  for (int i = 0; i < keys; ++i) p.short_unicode("key" + std::to_string(i)).binint(i);
+  p.op('u').mark();
+  for (int i = 0; i < keys; i += 3) p.short_unicode("key" + std::to_string(i)).binint(-i);  // set again
+  p.binint(7).binint(70).binfloat(7.0).binint(71);  // 7 and 7.0: one int key, beside the str keys
+  p.op('u').stop();
+  Result<PickleTree> parsed = parse_pickle(p.str(), "large");
+  ASSERT_TRUE(parsed.ok()) << describe(parsed.error());
+  const PickleTree& tree = *parsed;
+  ASSERT_EQ(tree.size(tree.root()), std::size_t{keys} + 1);
+  for (int i = 0; i < keys; ++i) {
+    const std::optional<PickleRef> value = tree.find(tree.root(), "key" + std::to_string(i));
+    ASSERT_TRUE(value.has_value()) << i;
+    EXPECT_EQ(tree.integer(*value), i % 3 == 0 ? -i : i) << i;
+  }
+  EXPECT_EQ(tree.integer(tree.items(tree.root())[2 * keys + 1]), 71);
+  EXPECT_EQ(tree.string(tree.items(tree.root())[2 * 3]), "key3");  // the order of first setting
+  EXPECT_FALSE(tree.find(tree.root(), "key").has_value());
+  EXPECT_FALSE(tree.find(tree.root(), "7").has_value());
+}
+
+// The first opcode alone tells data that is no pickle, before the rest is read.
+TEST(PickleReader, TheFirstOpcodeRefusesDataThatIsNoPickle) {
+  const std::optional<Error> zeros = check_pickle_start(std::string(16, '\0'), "zeros.pickle");
+  ASSERT_TRUE(zeros.has_value());
+  EXPECT_NE(zeros->message.find("zeros.pickle: byte 0: unknown pickle opcode 0x00"), std::string::npos)
+      << zeros->message;
+  const std::optional<Error> global = check_pickle_start("cos\nsystem\n", "code.pickle");
+  ASSERT_TRUE(global.has_value());
+  EXPECT_NE(global->message.find("code.pickle: byte 0: unsupported pickle opcode GLOBAL"), std::string::npos)
+      << global->message;
+  // A start the machine runs passes, even cut short or refused further on.
+  EXPECT_FALSE(check_pickle_start(every_opcode_pickle().substr(0, 3), "cut").has_value());
+  EXPECT_FALSE(check_pickle_start(Assembler().proto(4).op('c').str(), "later").has_value());
+  EXPECT_FALSE(check_pickle_start("", "empty").has_value());
 }
 
 // Every error names the source and the byte offset of the opcode at fault.

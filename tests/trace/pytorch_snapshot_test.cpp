@@ -2,6 +2,7 @@
 // snapshot in the shared folder is checked against the peaks the real allocator recorded (SOURCES.md).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -204,6 +205,54 @@ TEST(PytorchSnapshot, InconsistentEventsAreErrorsThatNameTheEvent) {
   expect_snapshot_error(Dict{{"device_traces", List{List{Dict{{"addr", 16}}}}}}, "has no 'action'");
   expect_snapshot_error(Dict{{"segments", List{}}}, "no device_traces");
   expect_snapshot_error(List{}, "not a snapshot dict");
+}
+
+// No allocator hands out a block of 0 bytes and PyTorch records no event for one: the reader refuses one
+// where it is, rather than a replay failing later without saying which event.
+TEST(PytorchSnapshot, ABlockOfZeroBytesIsRefusedWhereItIs) {
+  expect_snapshot_error(Dict{{"device_traces", List{List{event("alloc", 0x10, 8, 0), event("alloc", 0x20, 0, 1)}}}},
+                        "bad.pickle: device_traces[0][1] (alloc) is a block of 0 bytes");
+  expect_snapshot_error(Dict{{"device_traces", List{List{event("free_completed", 0x10, 0, 0)}}}},
+                        "bad.pickle: device_traces[0][0] (free_completed) is a block of 0 bytes");
+  const List blocks{block_at(0x100000, "active_allocated", 512, 0)};
+  expect_snapshot_error(
+      Dict{{"device_traces", List{List{}}},
+           {"segments", List{Dict{{"device", 0}, {"address", 0x100000}, {"total_size", 2 * MB}, {"blocks", blocks}}}}},
+      "bad.pickle: segments[0].blocks[0] is a block of 0 bytes");
+}
+
+// A pickle's memo can give every segment one blocks list (here: one segment dict, listed `repeats` times,
+// with one block listed `repeats` times). Read once per segment, that took time cubic in the file's few
+// kilobytes (a minute for 8 KB). A snapshot lists each block once: a shared blocks list is refused.
+TEST(PytorchSnapshot, ABlocksListSharedBySegmentsIsRefused) {
+  constexpr std::size_t repeats = 2000;
+  auto body = [](const Value& value) {
+    std::string out;
+    pickle_into(value, out);
+    return out;
+  };
+  std::string block = "}(" + body("size") + body(512) + body("state") + body("active_allocated") + body("pad");
+  block += std::string(2 * repeats - 1, '2') + "u";  // DUP: "pad" set `repeats` times
+  const std::string segment = "}(" + body("device") + body(0) + body("address") + body(0) + body("total_size") +
+                              body(2 * MB) + body("blocks") + "](" + block + std::string(repeats - 1, '2') + "eu";
+  const std::string snapshot = std::string{static_cast<char>(0x80), 2} + "}(" + body("device_traces") + body(List{}) +
+                               body("segments") + "](" + segment + std::string(repeats - 1, '2') + "eu.";
+  const auto start = std::chrono::steady_clock::now();
+  Result<Trace> read = parse_pytorch_snapshot(snapshot, "shared.pickle");
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.error().message.find("shared.pickle: segments[1].blocks is the list of segments[0] again"),
+            std::string::npos)
+      << read.error().message;
+  EXPECT_LT(took, std::chrono::seconds(5));
+
+  // One segment whose blocks list holds one shared block many times is read, in time linear in the file.
+  const std::string one = std::string{static_cast<char>(0x80), 2} + "}(" + body("device_traces") + body(List{}) +
+                          body("segments") + "](" + segment + "eu.";
+  Result<Trace> tiled = parse_pytorch_snapshot(one, "one.pickle");
+  ASSERT_TRUE(tiled.ok()) << describe(tiled.error());
+  EXPECT_EQ(tiled->initial_blocks.size(), repeats);  // tiling the segment, 512 bytes apart
+  EXPECT_EQ(summarize(*tiled).initial_bytes, repeats * 512);
 }
 
 // ---- The real snapshots.

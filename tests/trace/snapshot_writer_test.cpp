@@ -424,10 +424,10 @@ Trace hand_made_trace() {
       TraceEvent::iteration(0, 1003),
       TraceEvent::free(0, 4096, 1, 1004),      // an initial block on stream 1, freed
       TraceEvent::alloc(7, 3 * MiB, 0, 1005),  // may take the freed initial block's place
-      TraceEvent::alloc(8, 0, 2),              // no time; zero bytes
+      TraceEvent::alloc(8, 1, 2),              // no time; one byte, the least a block has
       TraceEvent::free(5, 1000, 0, -5),        // a time before the epoch
       TraceEvent::alloc(9, 512, 2, 1006),
-      TraceEvent::free(8, 0, 2, 1007),
+      TraceEvent::free(8, 1, 2, 1007),
       TraceEvent::alloc(10, 1000, 0, 1008),
       TraceEvent::free(7, 3 * MiB, 0, 1009),
   };

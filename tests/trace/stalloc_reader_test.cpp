@@ -51,6 +51,9 @@ TEST(StallocTrace, BadLinesAreErrorsThatNameTheLine) {
   expect_error("1 0x10 8 0\n0 0x10 8 0\n0 0x10 8 0\n", "mem_log_dev0.txt:3:", "not live");
   expect_error("1 0x10 8 0\n0 0x10 16 0\n", "mem_log_dev0.txt:2:", "allocated with size 8");
   expect_error("Iteration Index : soon\n", "mem_log_dev0.txt:1:", "'soon'");
+  // A malloc of 0 bytes returns null and is skipped; one that returned a pointer cannot be replayed.
+  expect_error("1 0x10 8 0\n1 0x20 0 0\n", "mem_log_dev0.txt:2:", "malloc of 0 bytes returned 0x20");
+  expect_error("0 0x30 0 0\n", "mem_log_dev0.txt:1:", "free of 0x30 with 0 bytes");
   // A log cut inside its last record: the line has no newline.
   expect_error("1 0x10 8 0\n1 0x20 8", "mem_log_dev0.txt:2:", "cut short");
 }

@@ -65,7 +65,7 @@ Trace sample_trace() {
   trace.device = "npu:3";
   trace.streams = {StreamId{0}, StreamId{0x7f00deadbeef}, StreamId{5}};
   trace.initial_blocks = {{0, 1, 2}, {1, 1ull << 40, 0}};
-  trace.events = {TraceEvent::iteration(0),       TraceEvent::alloc(2, 64, 1, -5),   TraceEvent::alloc(3, 0, 0),
+  trace.events = {TraceEvent::iteration(0),       TraceEvent::alloc(2, 64, 1, -5),   TraceEvent::alloc(3, 3, 0),
                   TraceEvent::free(0, 1, 2, 1),   TraceEvent::alloc(4, 7, 2),        TraceEvent::iteration(1, 99),
                   TraceEvent::free(2, 64, 1),     TraceEvent::free(4, 7, 2, 100)};
   trace.block_count = 5;
@@ -141,6 +141,10 @@ TEST(TextTrace, BadLinesAreErrorsThatNameTheLine) {
   expect_error("tessera-trace 1\nend 5\n", "t.trace:2:", "'end' takes no fields");
   expect_error("tessera-trace 1\na 1 2\n", "t.trace:2:", "ends without 'end'");
   expect_error("tessera-trace 1\na 1 2\ne", "t.trace:3:", "unknown record 'e'");  // cut inside the last line
+  // No allocator hands out a block of 0 bytes: refused where it is, not left to fail a replay.
+  expect_error("tessera-trace 1\na 1 8\na 2 0\nend\n", "t.trace:3:",
+               "block 2 of 0 bytes: allocators hand out no block");
+  expect_error("tessera-trace 1\np 1 0\nend\n", "t.trace:2:", "block 1 of 0 bytes");
   Result<Trace> file = read_trace(data_dir / "bad_free.trace");
   ASSERT_FALSE(file.ok());
   EXPECT_NE(file.error().message.find("bad_free.trace:4: block 3 is freed but not live"), std::string::npos)

@@ -1,6 +1,7 @@
 // The trace model: the event's size, summarize() and validate().
 #include <gtest/gtest.h>
 
+#include "tessera/replay.hpp"
 #include "tessera/trace.hpp"
 
 namespace tessera {
@@ -73,6 +74,30 @@ TEST(TraceModel, ValidateNamesTheFirstBadEvent) {
   trace = two_streams();
   trace.initial_blocks.push_back({7, 1, 0});
   expect_invalid(trace, "initial block 1 has id 7");
+  // The readers' rule, for traces built otherwise: a replay refuses a block of 0 bytes before it starts.
+  trace = two_streams();
+  trace.events.push_back(TraceEvent::alloc(3, 0, 0));
+  trace.block_count = 4;
+  expect_invalid(trace, "event 4 allocates block 3 of 0 bytes");
+  trace = two_streams();
+  trace.initial_blocks[0].size = 0;
+  trace.events[0].size = 0;
+  expect_invalid(trace, "initial block 0 has 0 bytes");
+}
+
+// Every allocator's replay refuses a block of 0 bytes before its first event, with the event's index.
+TEST(TraceModel, AReplayRefusesABlockOfZeroBytesBeforeItStarts) {
+  Trace trace = two_streams();
+  trace.events.push_back(TraceEvent::alloc(3, 0, 0));
+  trace.block_count = 4;
+  for (const char* allocator : {"tessera", "pytorch", "expandable", "gmlake", "ideal"}) {
+    ReplayOptions options;
+    options.allocator = allocator;
+    const Result<ReplayResult> replayed = replay(trace, options);
+    ASSERT_FALSE(replayed.ok()) << allocator;
+    EXPECT_NE(replayed.error().message.find("trace t: event 4 allocates block 3 of 0 bytes"), std::string::npos)
+        << allocator << ": " << replayed.error().message;
+  }
 }
 
 }  // namespace
