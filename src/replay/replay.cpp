@@ -244,7 +244,8 @@ Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOp
     auto attempt = replay(trace, probe);
     if (!attempt) {
       const Error& error = attempt.error();
-      return make_error(error.code, fmt::format("at capacity {} (bisecting for min_capacity): {}", capacity, error.message),
+      return make_error(error.code,
+                        fmt::format("at capacity {} (bisecting for min_capacity): {}", capacity, error.message),
                         error.platform_code);
     }
     return !attempt->oom;

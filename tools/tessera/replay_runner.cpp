@@ -110,8 +110,8 @@ std::vector<ReplayResult> run_replays(const std::vector<Trace>& traces, const Re
   return results;
 }
 
-bool report_failures(std::span<const ReplayResult> results, std::span<const std::pair<std::string, std::string>> sources,
-                     std::string_view command) {
+bool report_failures(std::span<const ReplayResult> results,
+                     std::span<const std::pair<std::string, std::string>> sources, std::string_view command) {
   bool none = true;
   for (const ReplayResult& result : results) {
     if (result.failure.empty()) continue;

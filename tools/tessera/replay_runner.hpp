@@ -27,8 +27,8 @@ std::vector<ReplayResult> run_replays(const std::vector<Trace>& traces, const Re
 // Prints "<command>: <file> with <allocator>: <failure>" on stderr for every failed result; `sources` pairs
 // each trace's name in the results with its file (a trace not there, a generated one, goes by its name).
 // True when no result failed.
-bool report_failures(std::span<const ReplayResult> results, std::span<const std::pair<std::string, std::string>> sources,
-                     std::string_view command);
+bool report_failures(std::span<const ReplayResult> results,
+                     std::span<const std::pair<std::string, std::string>> sources, std::string_view command);
 
 // Reports group results by trace name: two traces of one name (two folders' "model.pickle") get "#2", "#3".
 void make_names_unique(std::vector<Trace>& traces);

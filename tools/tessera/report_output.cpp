@@ -50,7 +50,9 @@ Result<void> check_writable(std::string_view option, const std::string& path) {
   const fs::file_status file = fs::status(path, ignored);
   if (fs::is_directory(file)) return refused("is a folder, not a file");
   if (fs::exists(file)) {
-    if (const int err = writable(path, W_OK); err != 0) return refused(fmt::format("cannot write: {}", std::strerror(err)), err);
+    if (const int err = writable(path, W_OK); err != 0) {
+      return refused(fmt::format("cannot write: {}", std::strerror(err)), err);
+    }
     return {};
   }
   const fs::path folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");

@@ -107,7 +107,8 @@ Bytes parse_granule_argument(std::string_view option, std::string_view text, Byt
   if (!is_power_of_two(granule)) throw UsageError(fmt::format("{}: '{}' is not a power of two", option, text));
   if (granule >= minimum) return granule;
   const std::string_view written = trim(text);
-  const bool bare = std::all_of(written.begin(), written.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+  const bool bare = std::all_of(written.begin(), written.end(),
+                                [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
   if (bare) {
     throw UsageError(fmt::format("{} {}: the granule is in bytes (with a unit: {}MiB); at least {}", option, written,
                                  written, format_size_argument(minimum)));
