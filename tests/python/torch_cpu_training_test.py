@@ -20,19 +20,9 @@ import time
 import unittest
 from pathlib import Path
 
+from torch_skip import SKIP, skip_reason
+
 HERE = Path(__file__).resolve().parent
-SKIP = 77
-
-
-def skip_reason():
-    try:
-        import torch  # noqa: F401
-    except ImportError as error:
-        return f"PyTorch is not importable by {sys.executable} ({error}); apt-get install python3-torch"
-    library = os.environ.get("TESSERA_TORCH_CPU_LIBRARY")
-    if library is not None and not Path(library).is_file():
-        return f"{library} was not built (Debian's libtorch-dev was not found when configuring)"
-    return None
 
 
 def run(allocator, directory, snapshot=None):
