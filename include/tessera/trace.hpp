@@ -89,6 +89,8 @@ struct TraceSummary {
   std::size_t streams = 0;  // distinct streams the blocks use
   std::int64_t first_time_us = no_time;  // of the first and last events that carry a time
   std::int64_t last_time_us = no_time;
+  // The live bytes passed 2^64 after this event (npos: never); the byte figures above are then not sums.
+  std::size_t live_past_2_64 = npos;
 
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
 };

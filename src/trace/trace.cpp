@@ -52,7 +52,9 @@ TraceSummary summarize(const Trace& trace) {
       case TraceEventKind::alloc:
         ++summary.allocs;
         ++live_blocks;
-        live += event.size;
+        if (__builtin_add_overflow(live, event.size, &live) && summary.live_past_2_64 == TraceSummary::npos) {
+          summary.live_past_2_64 = i;
+        }
         summary.largest_alloc = std::max<Bytes>(summary.largest_alloc, event.size);
         use_stream(event.stream);
         if (live > summary.peak_live_bytes) {

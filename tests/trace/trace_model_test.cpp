@@ -41,6 +41,19 @@ TEST(TraceModel, SummarizesCountsPeakStreamsAndTimes) {
   EXPECT_EQ(empty.first_time_us, no_time);
 }
 
+TEST(TraceModel, ASummaryNamesTheEventWhereTheLiveBytesPass2To64) {
+  constexpr Bytes largest = Bytes{1} << 63;
+  Trace trace;
+  trace.name = "huge";
+  trace.streams = {StreamId{0}};
+  trace.events = {TraceEvent::alloc(0, largest, 0, 1), TraceEvent::alloc(1, largest - 1, 0, 2),
+                  TraceEvent::alloc(2, 2, 0, 3), TraceEvent::free(0, largest, 0, 4)};
+  trace.block_count = 3;
+  const TraceSummary summary = summarize(trace);
+  EXPECT_EQ(summary.live_past_2_64, 2u);
+  EXPECT_EQ(summarize(two_streams()).live_past_2_64, TraceSummary::npos);
+}
+
 void expect_invalid(const Trace& trace, std::string_view words) {
   const Result<void> result = validate(trace);
   ASSERT_FALSE(result.ok()) << "expected '" << words << "'";

@@ -28,9 +28,14 @@ void print_info(const std::string& path, const Trace& trace) {
   fmt::print("frees           {}\n", summary.frees);
   fmt::print("iterations      {}\n", summary.iterations);
   fmt::print("initial blocks  {} ({} bytes)\n", summary.initial_blocks, summary.initial_bytes);
-  fmt::print("peak live       {} bytes ({}), {}\n", summary.peak_live_bytes, format_bytes(summary.peak_live_bytes),
-             summary.peak_event == TraceSummary::npos ? std::string("before the first event")
-                                                      : fmt::format("after event {}", summary.peak_event));
+  if (summary.live_past_2_64 != TraceSummary::npos) {
+    // No device holds that much; the sum would wrap.
+    fmt::print("peak live       more than 2^64 bytes, from event {}\n", summary.live_past_2_64);
+  } else {
+    fmt::print("peak live       {} bytes ({}), {}\n", summary.peak_live_bytes, format_bytes(summary.peak_live_bytes),
+               summary.peak_event == TraceSummary::npos ? std::string("before the first event")
+                                                        : fmt::format("after event {}", summary.peak_event));
+  }
   fmt::print("live at end     {} bytes in {} blocks\n", summary.live_bytes_at_end, summary.live_blocks_at_end);
   fmt::print("largest alloc   {} bytes ({})\n", summary.largest_alloc, format_bytes(summary.largest_alloc));
   fmt::print("streams         {}\n", summary.streams);
