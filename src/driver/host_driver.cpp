@@ -351,17 +351,23 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
     const bool copied = child_memfd_ >= 0;
     const int flags = copied ? MAP_SHARED | MAP_FIXED : MAP_PRIVATE | MAP_FIXED;
     const int from = copied ? child_memfd_ : memfd_;
+    int remap_errno = 0;
     for (const auto& [address, mapping] : mappings()) {
       const detail::PageRecord* page = find_page(mapping.page);
       const int protection = !capabilities().needs_set_access || mapping.accessible ? read_write : PROT_NONE;
-      mmap(to_pointer(address), mapping.size, protection, flags, from,
-           static_cast<off_t>(page->handle + mapping.offset));
+      if (mmap(to_pointer(address), mapping.size, protection, flags, from,
+               static_cast<off_t>(page->handle + mapping.offset)) == MAP_FAILED) {
+        // Never left shared with the parent: a fault in the child rather than a write into the parent.
+        remap_errno = errno;
+        mmap(to_pointer(address), mapping.size, PROT_NONE, anonymous_none | MAP_FIXED, -1, 0);
+      }
     }
-    if (!copied) {
-      fork_copy_failed_ = fmt::format("host driver: this process was forked and the copy of its device memory "
-                                      "failed ({}): it keeps the blocks it inherited but gets no new memory",
-                                      std::strerror(copy_errno_));
-      return;
+    if (!copied || remap_errno != 0) {
+      fork_copy_failed_ = fmt::format(
+          "host driver: this process was forked and its copy of the device memory failed ({}): it keeps the "
+          "blocks it inherited{} but gets no new memory",
+          std::strerror(copied ? remap_errno : copy_errno_), remap_errno != 0 ? ", some of them inaccessible," : "");
+      if (!copied) return;
     }
     close(memfd_);
     memfd_ = child_memfd_;
