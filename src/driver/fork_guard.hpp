@@ -28,7 +28,7 @@ class ForkMember {
   ~ForkMember() = default;
 };
 
-// The member must leave before it is destroyed.
+// The member must leave before it is destroyed; leaving twice is harmless.
 void join_fork_guard(ForkMember& member, ForkRank rank);
 void leave_fork_guard(ForkMember& member);
 

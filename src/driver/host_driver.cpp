@@ -190,6 +190,7 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
         fork_membership_(*this, detail::ForkRank::driver) {}
 
   ~HostDriver() override {
+    detail::leave_fork_guard(*this);  // first: a fork from now on must not copy a memfd being closed
     // Whatever the caller leaked goes with the driver: the memfd and every range still mapped from it.
     for (const auto& [address, mapping] : mappings()) munmap(to_pointer(address), mapping.size);
     for (const auto& [base, size] : reservations()) munmap(to_pointer(base), size);
