@@ -36,9 +36,10 @@ Result<Rig> build_rig(const Trace& trace, const ReplayOptions& options, std::opt
     // Unlimited on the host driver: four times the trace's peak (the memfd is sparse; nothing is touched),
     // and no more than the sim driver's unlimited, so that a trace of absurd sizes neither overflows it nor
     // asks the kernel for more address space than it has.
-    const Bytes peak = summarize(trace).peak_live_bytes;
-    const Bytes unlimited =
-        align_up(peak >= sim_unlimited / 4 ? sim_unlimited : std::max<Bytes>(4 * peak, 1 * GiB), options.granularity);
+    const TraceSummary summary = summarize(trace);
+    const bool absurd = summary.live_past_2_64 != TraceSummary::npos || summary.peak_live_bytes >= sim_unlimited / 4;
+    const Bytes unlimited = align_up(absurd ? sim_unlimited : std::max<Bytes>(4 * summary.peak_live_bytes, 1 * GiB),
+                                     options.granularity);
     auto host = make_host_driver({.capacity = capacity.value_or(unlimited), .granularity = options.granularity});
     if (!host) return std::move(host).error();
     base = std::move(host).value();

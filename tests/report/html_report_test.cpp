@@ -98,11 +98,7 @@ TEST(HtmlReport, WithoutSeriesSaysSo) {
 
 TEST(HtmlReport, AFailedReplayIsARowThatSaysWhyAndNoBar) {
   std::vector<ReplayResult> results = test::small_results();
-  ReplayResult failed;
-  failed.trace = results[0].trace;
-  failed.allocator = "gmlake";
-  failed.failure = "event 3 (alloc of <4096> bytes): failed";
-  results.push_back(failed);
+  results.push_back(test::failed_result(results[0].trace, "gmlake", "event 3 (alloc of <4096> bytes): failed"));
   const std::string html = format_html_report(results);
   EXPECT_NE(html.find("<td class=\"failure\" colspan=\"13\">failed: event 3 (alloc of &lt;4096&gt; bytes): failed</td>"),
             std::string::npos);

@@ -113,10 +113,8 @@ TEST(JsonReport, OutOfMemoryNamesTheEvent) {
 TEST(JsonReport, FailureIsNullUnlessTheReplayFailed) {
   const json ran = json::parse(format_json_report(test::small_results()))["results"][0];
   EXPECT_TRUE(ran["failure"].is_null());
-  ReplayResult failed;
-  failed.trace = "small";
-  failed.allocator = "gmlake";
-  failed.failure = "event 1 (alloc of 4096 bytes): the host ran out of memory (std::bad_alloc)";
+  const ReplayResult failed = test::failed_result(
+      "small", "gmlake", "event 1 (alloc of 4096 bytes): the host ran out of memory (std::bad_alloc)");
   const std::vector<ReplayResult> results{failed};
   const json entry = json::parse(format_json_report(results))["results"][0];
   EXPECT_EQ(entry["failure"], failed.failure);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/replay.hpp"
@@ -46,6 +47,15 @@ inline std::vector<ReplayResult> small_results(std::size_t series_points = 50) {
   if (replayed) results.push_back(*replayed);
   results.push_back(ideal_result(trace, options.granularity));
   return results;
+}
+
+// A replay of `trace` by `allocator` that failed with `failure`, as run_replays reports one.
+inline ReplayResult failed_result(std::string trace, std::string allocator, std::string failure) {
+  ReplayResult failed;
+  failed.trace = std::move(trace);
+  failed.allocator = std::move(allocator);
+  failed.failure = std::move(failure);
+  return failed;
 }
 
 }  // namespace tessera::test

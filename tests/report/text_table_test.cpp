@@ -52,10 +52,8 @@ TEST(TextTable, OutOfMemoryAndMissingMinCapacity) {
 
 TEST(TextTable, AFailedReplayIsARowThatSaysWhy) {
   std::vector<ReplayResult> results = test::small_results();
-  ReplayResult failed;
-  failed.trace = results[0].trace;
-  failed.allocator = "gmlake";
-  failed.failure = "event 3 (alloc of 4096 bytes): the host ran out of memory (std::bad_alloc)";
+  const ReplayResult failed = test::failed_result(
+      results[0].trace, "gmlake", "event 3 (alloc of 4096 bytes): the host ran out of memory (std::bad_alloc)");
   results.insert(results.begin() + 1, failed);
   const auto lines = lines_of(format_table(results));
   ASSERT_EQ(lines.size(), 5U);
