@@ -20,17 +20,19 @@ class Locked final : public DeviceAllocator {
  public:
   explicit Locked(std::unique_ptr<DeviceAllocator> inner) : inner_(std::move(inner)) {}
   std::string_view name() const noexcept override { return inner_->name(); }
-  Result<Address> allocate(Bytes size, StreamId stream) override {
+  Result<void> empty_cache() override { return inner_->empty_cache(); }
+  AllocatorStats stats() const override { return inner_->stats(); }
+
+ protected:
+  Result<Address> do_allocate(Bytes size, StreamId stream) override {
     std::lock_guard lock(mutex_);
     return inner_->allocate(size, stream);
   }
-  Result<void> deallocate(Address block) override {
+  Result<void> do_deallocate(Address block) override {
     std::lock_guard lock(mutex_);
     return inner_->deallocate(block);
   }
-  Result<void> record_stream(Address block, StreamId stream) override { return inner_->record_stream(block, stream); }
-  Result<void> empty_cache() override { return inner_->empty_cache(); }
-  AllocatorStats stats() const override { return inner_->stats(); }
+  Result<void> do_record_stream(Address block, StreamId stream) override { return inner_->record_stream(block, stream); }
 
  private:
   std::recursive_mutex mutex_;

@@ -65,6 +65,8 @@ struct AllocatorConfig {
 // Parses `key:value,key:value`. An unknown key, a repeated key, or a bad or out-of-range value is an
 // Errc::invalid_argument error that names the key.
 Result<AllocatorConfig> parse_allocator_config(std::string_view text);
+// Checks a configuration built in code (make_tessera_allocator calls it).
+Result<void> check_allocator_config(const AllocatorConfig& config);
 // Reads TESSERA_ALLOC_CONF (defaults when unset).
 Result<AllocatorConfig> allocator_config_from_environment();
 

@@ -41,15 +41,20 @@ class DeviceAllocator {
 
   virtual std::string_view name() const noexcept = 0;
   // A block of at least `size` bytes (size > 0) for work on `stream`.
-  virtual Result<Address> allocate(Bytes size, StreamId stream) = 0;
+  Result<Address> allocate(Bytes size, StreamId stream) { return do_allocate(size, stream); }
   // Frees a block returned by allocate(); an unknown address is Errc::not_found and changes nothing.
-  virtual Result<void> deallocate(Address block) = 0;
+  Result<void> deallocate(Address block) { return do_deallocate(block); }
   // Work on `stream` uses `block` too: its reuse by another stream waits for that work as well.
-  virtual Result<void> record_stream(Address block, StreamId stream) = 0;
+  Result<void> record_stream(Address block, StreamId stream) { return do_record_stream(block, stream); }
   // Gives every cached, unused page back to the device.
   virtual Result<void> empty_cache() = 0;
 
   virtual AllocatorStats stats() const = 0;
+
+ protected:
+  virtual Result<Address> do_allocate(Bytes size, StreamId stream) = 0;
+  virtual Result<void> do_deallocate(Address block) = 0;
+  virtual Result<void> do_record_stream(Address block, StreamId stream) = 0;
 };
 
 }  // namespace tessera

@@ -228,7 +228,7 @@ Result<void> CachingCore::insert_events(BlockId id) {
   return {};
 }
 
-Result<void> CachingCore::deallocate(Address address) {
+Result<void> CachingCore::do_deallocate(Address address) {
   const BlockId id = live_.find(address);
   if (id == no_block) {
     return make_error(
@@ -253,7 +253,7 @@ void CachingCore::complete_free(BlockId id, bool direct) {
   return_block(id, direct);
 }
 
-Result<void> CachingCore::record_stream(Address address, StreamId stream) {
+Result<void> CachingCore::do_record_stream(Address address, StreamId stream) {
   const BlockId id = live_.find(address);
   if (id == no_block) {
     return make_error(

@@ -58,11 +58,11 @@ class CachingCore : public DeviceAllocator {
   CachingCore& operator=(const CachingCore&) = delete;
 
   std::string_view name() const noexcept final { return name_; }
-  Result<void> deallocate(Address block) final;
-  Result<void> record_stream(Address block, StreamId stream) final;
   AllocatorStats stats() const final;
 
  protected:
+  Result<void> do_deallocate(Address block) final;
+  Result<void> do_record_stream(Address block, StreamId stream) final;
   CachingCore(std::string name, Driver& driver, const BaselineOptions& options);
 
   // What a best-fit search found.

@@ -36,7 +36,7 @@ class ExpandableSegments final : public CachingCore {
         large_page_(align_up(kLargeBuffer, driver.granularity())) {}
   ~ExpandableSegments() override { release_everything(); }
 
-  Result<Address> allocate(Bytes size, StreamId stream) override;
+  Result<Address> do_allocate(Bytes size, StreamId stream) override;
   Result<void> empty_cache() override;
 
  private:
@@ -71,7 +71,7 @@ class ExpandableSegments final : public CachingCore {
   std::vector<ExpandableSegment> segments_;
 };
 
-Result<Address> ExpandableSegments::allocate(Bytes size, StreamId stream) {
+Result<Address> ExpandableSegments::do_allocate(Bytes size, StreamId stream) {
   if (size == 0) return zero_size_error();
   process_events();
   const std::optional<Bytes> rounded_size = round_size(size, options_.roundup_power2_divisions);

@@ -47,7 +47,7 @@ class GMLake final : public CachingCore {
       : CachingCore("gmlake", driver, options), can_stitch_(driver.capabilities().page_multi_mapping) {}
   ~GMLake() override { release_everything(); }
 
-  Result<Address> allocate(Bytes size, StreamId stream) override;
+  Result<Address> do_allocate(Bytes size, StreamId stream) override;
   Result<void> empty_cache() override;
 
  private:
@@ -137,7 +137,7 @@ bool GMLake::should_split(const Block& block, Bytes size) const noexcept {
   return size < options_.max_split_size && remaining >= kChunk;
 }
 
-Result<Address> GMLake::allocate(Bytes size, StreamId stream) {
+Result<Address> GMLake::do_allocate(Bytes size, StreamId stream) {
   if (size == 0) return zero_size_error();
   device_synced_ = false;
   process_events();

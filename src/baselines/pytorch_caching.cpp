@@ -31,7 +31,7 @@ class PyTorchCaching final : public CachingCore {
   PyTorchCaching(Driver& driver, const BaselineOptions& options) : CachingCore("pytorch", driver, options) {}
   ~PyTorchCaching() override { release_everything(); }
 
-  Result<Address> allocate(Bytes size, StreamId stream) override;
+  Result<Address> do_allocate(Bytes size, StreamId stream) override;
   Result<void> empty_cache() override;
 
  private:
@@ -44,7 +44,7 @@ class PyTorchCaching final : public CachingCore {
   void release_model_memory() override {}
 };
 
-Result<Address> PyTorchCaching::allocate(Bytes size, StreamId stream) {
+Result<Address> PyTorchCaching::do_allocate(Bytes size, StreamId stream) {
   if (size == 0) return zero_size_error();
   process_events();
   const std::optional<Bytes> rounded_size = round_size(size, options_.roundup_power2_divisions);

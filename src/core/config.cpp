@@ -166,6 +166,21 @@ Result<AllocatorConfig> parse_allocator_config(std::string_view text) {
   return config;
 }
 
+Result<void> check_allocator_config(const AllocatorConfig& config) {
+  if (config.small_max < 512) return make_error(Errc::invalid_argument, "tessera: small_max must be at least 512 bytes");
+  if (config.virtual_factor == 0) return make_error(Errc::invalid_argument, "tessera: virtual_factor must be at least 1");
+  // The same rules as the configuration string's, for configurations built in code.
+  if (config.roundup_power2_divisions > 64 ||
+      (config.roundup_power2_divisions != 0 && !is_power_of_two(config.roundup_power2_divisions))) {
+    return make_error(Errc::invalid_argument, "tessera: roundup_power2_divisions must be 0 or a power of two up to 64");
+  }
+  if (!(config.garbage_collection_threshold >= 0.0 && config.garbage_collection_threshold < 1.0)) {
+    return make_error(Errc::invalid_argument, "tessera: garbage_collection_threshold must be in [0, 1)");
+  }
+  if (config.page_max > GiB) return make_error(Errc::invalid_argument, "tessera: page_max must be at most 1 GiB");
+  return {};
+}
+
 Result<AllocatorConfig> allocator_config_from_environment() {
   const char* text = std::getenv("TESSERA_ALLOC_CONF");
   if (text == nullptr) return AllocatorConfig{};

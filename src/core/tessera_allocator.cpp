@@ -108,7 +108,7 @@ void TesseraAllocatorImpl::destroy_or_defer(EventId event) {
   if (!driver_.destroy_event(event)) stale_events_.push_back(event);  // destroyed again later, not leaked
 }
 
-Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
+Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   if (size == 0) return make_error(Errc::invalid_argument, "tessera: allocate of 0 bytes");
   std::lock_guard lock(mutex_);
   if (size > limit_) return out_of_memory(size, "larger than the memory this allocator may hold");
@@ -156,7 +156,7 @@ Result<Address> TesseraAllocatorImpl::allocate(Bytes size, StreamId stream) {
   return out_of_memory(size, placed.error().message);
 }
 
-Result<void> TesseraAllocatorImpl::deallocate(Address address) {
+Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
   std::lock_guard lock(mutex_);
   const std::size_t slot = live_.slot_of(address);
   if (slot == live_.npos) {
@@ -193,7 +193,7 @@ Result<void> TesseraAllocatorImpl::deallocate(Address address) {
   return {};
 }
 
-Result<void> TesseraAllocatorImpl::record_stream(Address address, StreamId stream) {
+Result<void> TesseraAllocatorImpl::do_record_stream(Address address, StreamId stream) {
   std::lock_guard lock(mutex_);
   Block* const* found = live_.find(address);
   if (found == nullptr) {
@@ -372,17 +372,7 @@ Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
 }  // namespace core
 
 Result<std::unique_ptr<TesseraAllocator>> make_tessera_allocator(Driver& driver, const AllocatorConfig& config) {
-  if (config.small_max < 512) return make_error(Errc::invalid_argument, "tessera: small_max must be at least 512 bytes");
-  if (config.virtual_factor == 0) return make_error(Errc::invalid_argument, "tessera: virtual_factor must be at least 1");
-  // The same rules as the configuration string's, for configurations built in code.
-  if (config.roundup_power2_divisions > 64 ||
-      (config.roundup_power2_divisions != 0 && !is_power_of_two(config.roundup_power2_divisions))) {
-    return make_error(Errc::invalid_argument, "tessera: roundup_power2_divisions must be 0 or a power of two up to 64");
-  }
-  if (!(config.garbage_collection_threshold >= 0.0 && config.garbage_collection_threshold < 1.0)) {
-    return make_error(Errc::invalid_argument, "tessera: garbage_collection_threshold must be in [0, 1)");
-  }
-  if (config.page_max > GiB) return make_error(Errc::invalid_argument, "tessera: page_max must be at most 1 GiB");
+  if (auto valid = check_allocator_config(config); !valid) return std::move(valid).error();
   return std::unique_ptr<TesseraAllocator>(std::make_unique<core::TesseraAllocatorImpl>(driver, config));
 }
 

@@ -34,9 +34,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   std::string_view name() const noexcept override { return "tessera"; }
   const AllocatorConfig& config() const noexcept override { return config_; }
 
-  Result<Address> allocate(Bytes size, StreamId stream) override;
-  Result<void> deallocate(Address address) override;
-  Result<void> record_stream(Address address, StreamId stream) override;
   Result<void> empty_cache() override;
   Result<void> set_memory_fraction(double fraction) override;
   AllocatorStats stats() const override;
@@ -46,6 +43,11 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   std::optional<std::string> check() const override;
   void record_history(std::size_t max_events) override;
   AllocationHistory history() const override;
+
+ protected:
+  Result<Address> do_allocate(Bytes size, StreamId stream) override;
+  Result<void> do_deallocate(Address address) override;
+  Result<void> do_record_stream(Address address, StreamId stream) override;
 
  private:
 
