@@ -12,9 +12,10 @@ namespace tessera::core {
 namespace {
 
 // Bytes of mapped slots wholly inside free blocks: cached memory no live block uses.
-Bytes idle_mapped_bytes(const Arena& arena, Bytes granule) {
+Bytes idle_mapped_bytes(const Placement& placement, Bytes granule) {
+  const Arena& arena = placement.arena();
   Bytes idle = 0;
-  arena.visit_free([&](const Block* block) {
+  placement.visit_free([&](const Block* block) {
     const Region& region = arena.region_of(*block);
     const SlotRange inner = region.within_table(arena.inner_slots(*block));
     for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
@@ -28,14 +29,14 @@ Bytes idle_mapped_bytes(const Arena& arena, Bytes granule) {
 
 AllocatorStats TesseraAllocatorImpl::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_.stats().common;
+  return observers_.stats().stats().common;
 }
 
 TesseraStats TesseraAllocatorImpl::tessera_stats() const {
   std::lock_guard lock(mutex_);
-  TesseraStats stats = stats_.stats();
+  TesseraStats stats = observers_.stats().stats();
   stats.cached_bytes = 0;
-  for (const auto& arena : arenas_) stats.cached_bytes += idle_mapped_bytes(*arena, granule_);
+  for (const auto& placement : placements_) stats.cached_bytes += idle_mapped_bytes(*placement, granule_);
   return stats;
 }
 
@@ -46,24 +47,25 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot() const {
 
 void TesseraAllocatorImpl::record_history(std::size_t max_events) {
   std::lock_guard lock(mutex_);
-  history_.resize(max_events);
+  observers_.history().resize(max_events);
 }
 
 AllocationHistory TesseraAllocatorImpl::history() const {
   std::lock_guard lock(mutex_);
-  return history_.build(snapshot_locked());
+  return observers_.history().build(snapshot_locked());
 }
 
 AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
   AllocatorSnapshot snapshot;
-  snapshot.pooled_bytes = pool_.granules() * granule_;
+  snapshot.pooled_bytes = mapper_.pool().granules() * granule_;
   std::unordered_map<const Block*, Address> lent_to;
   for (const auto& shared : shared_) {
     for (const SharedMapping& mapping : shared->mappings) {
       if (mapping.lent != nullptr) lent_to.emplace(mapping.lent, shared->block.address);
     }
   }
-  for (const auto& arena : arenas_) {
+  for (const auto& placement : placements_) {
+    const Arena* arena = &placement->arena();
     for (const Region& region : arena->regions()) {
       SnapshotSegment segment{region.base, region.span, region.mapped * granule_, arena->stream(), arena->pool(), {}};
       for (const Block* block = region.first_block; block != nullptr; block = block->next) {
@@ -91,7 +93,7 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
     Bytes mapped = 0;
     bool all_mapped = true;
     for (const SharedMapping& mapping : shared->mappings) {
-      if (mapping.mapped && mapping.lent == nullptr) mapped += mapping.page.granules * granule_;
+      if (mapping.mapped && !mapping.is_sliver()) mapped += mapping.page.granules * granule_;
       all_mapped = all_mapped && mapping.mapped;
     }
     SnapshotSegment segment{shared->base, shared->span, mapped, shared->stream, shared->pool, {}};
@@ -109,14 +111,15 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
 
 Error TesseraAllocatorImpl::out_of_memory(Bytes requested, std::string_view why) {
   notify([&](AllocatorObserver& observer) { observer.out_of_memory(requested); });
-  const TesseraStats& stats = stats_.stats();
-  Bytes cached = pool_.granules() * granule_;
-  for (const auto& arena : arenas_) cached += idle_mapped_bytes(*arena, granule_);
+  const TesseraStats& stats = observers_.stats().stats();
+  Bytes cached = mapper_.pool().granules() * granule_;
+  for (const auto& placement : placements_) cached += idle_mapped_bytes(*placement, granule_);
+  const Bytes held = mapper_.held();
   return make_error(Errc::out_of_memory,
                     fmt::format("tessera: out of memory allocating {} bytes ({}): {} bytes allocated, {} reserved, "
                                 "{} cached and unused, {} free on the device (limit {})",
-                                requested, why, stats.common.allocated_bytes, held_, cached,
-                                limit_ - std::min(limit_, held_), limit_));
+                                requested, why, stats.common.allocated_bytes, held, cached,
+                                limit_ - std::min(limit_, held), limit_));
 }
 
 namespace {
@@ -126,7 +129,7 @@ std::optional<std::string> check_page_table(const Region& region, std::size_t& m
                                             std::unordered_map<std::uint64_t, std::size_t>& mapped_of_chunk) {
   std::size_t counted = 0;
   for (std::size_t slot = region.table_begin(); slot < region.table_end();) {
-    const std::uint32_t size = region.page_at(slot);
+    const std::uint32_t size = region.page_granules_at(slot);
     if (size == 0) {
       if (region.is_mapped(slot) || region.is_accessible(slot)) {
         return fmt::format("region {:#x}: slot {} is mapped outside any page", region.base, slot);
@@ -135,13 +138,13 @@ std::optional<std::string> check_page_table(const Region& region, std::size_t& m
       continue;
     }
     for (std::size_t inside = slot; inside < slot + size; ++inside) {
-      if (inside >= region.table_end() || region.page_id(inside) != region.page_id(slot) ||
-          (inside > slot && region.page_at(inside) != 0)) {
+      if (inside >= region.table_end() || region.chunk_at(inside) != region.chunk_at(slot) ||
+          (inside > slot && region.page_granules_at(inside) != 0)) {
         return fmt::format("region {:#x}: the page at slot {} is broken at slot {}", region.base, slot, inside);
       }
     }
     counted += size;
-    mapped_of_chunk[static_cast<std::uint64_t>(region.page_id(slot))] += size;
+    mapped_of_chunk[static_cast<std::uint64_t>(region.chunk_at(slot))] += size;
     slot += size;
   }
   if (counted != region.mapped) {
@@ -149,16 +152,6 @@ std::optional<std::string> check_page_table(const Region& region, std::size_t& m
   }
   mapped_slots += counted;
   return std::nullopt;
-}
-
-bool holds_whole_page(const Arena& arena, const Block& block) {
-  const Region& region = arena.region_of(block);
-  const SlotRange inner = region.within_table(arena.inner_slots(block));
-  for (std::size_t slot = inner.first; slot < inner.end(); ++slot) {
-    const std::uint32_t size = region.page_at(slot);
-    if (size > 0 && slot + size <= inner.end()) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -171,7 +164,8 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   std::size_t lent_blocks = 0;
   std::size_t mapped_slots = 0;
   std::unordered_map<std::uint64_t, std::size_t> mapped_of_chunk;
-  for (const auto& arena : arenas_) {
+  for (const auto& placement : placements_) {
+    const Arena* arena = &placement->arena();
     for (const Region& region : arena->regions()) {
       if (auto broken = check_page_table(region, mapped_slots, mapped_of_chunk)) return broken;
       Address expected = region.base;
@@ -180,10 +174,10 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
         if (block->address != expected) return fmt::format("region {:#x}: gap or overlap at {:#x}", region.base, expected);
         if (block->previous != previous) return fmt::format("block {:#x}: broken back link", block->address);
         const bool is_free = block->is_free();
-        if ((is_free && !arena->kept_out_of_index(block)) != Arena::indexed(block)) {
+        if ((is_free && !placement->kept_out_of_index(block)) != Placement::indexed(block)) {
           return fmt::format("block {:#x}: free index disagrees", block->address);
         }
-        if (is_free && !block->reclaim_hook.is_linked() && holds_whole_page(*arena, *block)) {
+        if (is_free && !block->reclaim_hook.is_linked() && arena->holds_whole_page(*block)) {
           return fmt::format("free block {:#x} holds idle pages but is not in the reclaim list", block->address);
         }
         if (!is_free && block->reclaim_hook.is_linked()) {
@@ -220,32 +214,34 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   if (auto broken = check_shared(requested, allocated, live_blocks, lent_blocks, mapped_slots, mapped_of_chunk)) {
     return broken;
   }
-  const TesseraStats& stats = stats_.stats();
+  const TesseraStats& stats = observers_.stats().stats();
   if (live_blocks != live_.size()) return fmt::format("{} live blocks but {} in the live map", live_blocks, live_.size());
   if (requested != stats.common.requested_bytes) return fmt::format("requested {} but stats say {}", requested, stats.common.requested_bytes);
   if (allocated != stats.common.allocated_bytes) return fmt::format("allocated {} but stats say {}", allocated, stats.common.allocated_bytes);
-  const Bytes pooled = pool_.granules() * granule_;
+  const PagePool& pool = mapper_.pool();
+  const Bytes holds = mapper_.held();
+  const Bytes pooled = pool.granules() * granule_;
   const Bytes held = mapped_slots * granule_ + pooled;
-  if (held != held_) return fmt::format("pages held {} but counted {}", held_, held);
+  if (held != holds) return fmt::format("pages held {} but counted {}", holds, held);
   if (held != stats.common.reserved_bytes) return fmt::format("reserved {} but stats say {}", held, stats.common.reserved_bytes);
   if (mapped_slots * granule_ != stats.mapped_bytes) return fmt::format("mapped {} but stats say {}", mapped_slots * granule_, stats.mapped_bytes);
   if (pooled != stats.pooled_bytes) return fmt::format("pooled {} but stats say {}", pooled, stats.pooled_bytes);
   // Every granule of every chunk is mapped at exactly one slot or pooled.
   std::size_t chunk_granules = 0;
   std::optional<std::string> broken_chunk;
-  pool_.visit_chunks([&](PageId chunk, std::uint32_t granules) {
+  pool.visit_chunks([&](PageId chunk, std::uint32_t granules) {
     chunk_granules += granules;
     const auto found = mapped_of_chunk.find(static_cast<std::uint64_t>(chunk));
     const std::size_t mapped = found == mapped_of_chunk.end() ? 0 : found->second;
-    if (!broken_chunk && mapped + pool_.pooled_of(chunk) != granules) {
+    if (!broken_chunk && mapped + pool.pooled_of(chunk) != granules) {
       broken_chunk = fmt::format("chunk {}: {} granules, but {} mapped and {} pooled", static_cast<std::uint64_t>(chunk),
-                                 granules, mapped, pool_.pooled_of(chunk));
+                                 granules, mapped, pool.pooled_of(chunk));
     }
   });
   if (broken_chunk) return broken_chunk;
-  if (mapped_of_chunk.size() > pool_.chunk_count()) return std::string("a mapped page belongs to no chunk");
-  if (chunk_granules * granule_ != held_) return fmt::format("chunks hold {} granules but {} bytes counted", chunk_granules, held_);
-  if (held_ > driver_.capacity()) return fmt::format("holds {} bytes, above the capacity {}", held_, driver_.capacity());
+  if (mapped_of_chunk.size() > pool.chunk_count()) return std::string("a mapped page belongs to no chunk");
+  if (chunk_granules * granule_ != holds) return fmt::format("chunks hold {} granules but {} bytes counted", chunk_granules, holds);
+  if (holds > mapper_.capacity()) return fmt::format("holds {} bytes, above the capacity {}", holds, mapper_.capacity());
   return std::nullopt;
 }
 
@@ -272,10 +268,10 @@ std::optional<std::string> TesseraAllocatorImpl::check_shared(
     }
     for (const SharedMapping& mapping : shared->mappings) {
       if (block.live && !mapping.mapped) return fmt::format("shared block {:#x}: slot {} unmapped", block.address, mapping.slot);
-      if (mapping.lent == nullptr) {
+      if (!mapping.is_sliver()) {
         if (mapping.mapped) {
           mapped_slots += mapping.page.granules;
-          mapped_of_chunk[static_cast<std::uint64_t>(mapping.page.id)] += mapping.page.granules;
+          mapped_of_chunk[static_cast<std::uint64_t>(mapping.page.chunk)] += mapping.page.granules;
         }
         continue;
       }
@@ -285,9 +281,9 @@ std::optional<std::string> TesseraAllocatorImpl::check_shared(
       const Region& region = mapping.home->region_of(home);
       const std::size_t slot = (home.address - region.base) / granule_;
       std::size_t head = slot;
-      while (head > 0 && region.page_at(head) == 0) --head;
-      if (!region.is_accessible(slot) || region.page_id(head) != mapping.page.id ||
-          region.page_offset(head) + (slot - head) != mapping.page.offset ||
+      while (head > 0 && region.page_granules_at(head) == 0) --head;
+      if (!region.is_accessible(slot) || region.chunk_at(head) != mapping.page.chunk ||
+          region.page_offset_at(head) + (slot - head) != mapping.page.offset ||
           (home.end() - 1 - region.base) / granule_ != slot) {
         return fmt::format("shared block {:#x}: its sliver {:#x} is not on the granule it maps", block.address, home.address);
       }

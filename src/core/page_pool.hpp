@@ -23,10 +23,11 @@
 
 namespace tessera::core {
 
+// A page: what one mapping maps, a run of granules of one chunk.
 struct Page {
-  PageId id{};                // the chunk
+  PageId chunk{};
   std::uint32_t granules = 0;
-  std::uint32_t offset = 0;   // into the chunk, in granules
+  std::uint32_t offset = 0;  // into the chunk, in granules
 };
 
 class PagePool {
@@ -46,27 +47,27 @@ class PagePool {
   void forget_chunk(PageId chunk) { chunks_.erase(raw(chunk)); }
 
   void put(Page page) {
-    Chunk& chunk = chunks_.at(raw(page.id));
+    Chunk& chunk = chunks_.at(raw(page.chunk));
     chunk.pooled += page.granules;
     pooled_ += page.granules;
     std::uint32_t offset = page.offset;
     std::uint32_t granules = page.granules;
     // Coalesce with the pooled runs of the same chunk on either side.
-    auto next = runs_.lower_bound({raw(page.id), offset});
-    if (next != runs_.end() && next->first.first == raw(page.id) && next->first.second == offset + granules) {
+    auto next = runs_.lower_bound({raw(page.chunk), offset});
+    if (next != runs_.end() && next->first.first == raw(page.chunk) && next->first.second == offset + granules) {
       granules += next->second;
       erase_run(next++);
     }
     if (next != runs_.begin()) {
       auto previous = std::prev(next);
-      if (previous->first.first == raw(page.id) && previous->first.second + previous->second == offset) {
+      if (previous->first.first == raw(page.chunk) && previous->first.second + previous->second == offset) {
         offset = previous->first.second;
         granules += previous->second;
         erase_run(previous);
       }
     }
-    runs_.emplace(std::pair{raw(page.id), offset}, granules);
-    by_size_.emplace(granules, raw(page.id), offset);
+    runs_.emplace(std::pair{raw(page.chunk), offset}, granules);
+    by_size_.emplace(granules, raw(page.chunk), offset);
   }
 
   // A page of at most `granules`: the largest pooled run that fits; failing that, when `split`, the first
@@ -112,10 +113,10 @@ class PagePool {
   static std::uint64_t raw(PageId id) { return static_cast<std::uint64_t>(id); }
 
   Page take(Page page) {
-    auto run = runs_.find({raw(page.id), page.offset});
+    auto run = runs_.find({raw(page.chunk), page.offset});
     assert(run != runs_.end() && run->second == page.granules);
     erase_run(run);
-    chunks_.at(raw(page.id)).pooled -= page.granules;
+    chunks_.at(raw(page.chunk)).pooled -= page.granules;
     pooled_ -= page.granules;
     return page;
   }

@@ -28,11 +28,11 @@ bool same_stream(StreamId a, StreamId b) { return static_cast<std::uintptr_t>(a)
 }  // namespace
 
 bool TesseraAllocatorImpl::can_share_slivers() const noexcept {
-  const DriverCapabilities& can = driver_.capabilities();
+  const DriverCapabilities& can = mapper_.capabilities();
   return config_.share_slivers && can.partial_map && can.page_multi_mapping;
 }
 
-TesseraAllocatorImpl::SharedBlock* TesseraAllocatorImpl::shared_of(const Block* block) {
+SharedBlock* TesseraAllocatorImpl::shared_of(const Block* block) {
   for (auto& shared : shared_) {
     if (&shared->block == block) return shared.get();
   }
@@ -42,15 +42,14 @@ TesseraAllocatorImpl::SharedBlock* TesseraAllocatorImpl::shared_of(const Block* 
 // Heads: free blocks that start inside a mapped slot and run to its end. Tails: free blocks that end inside
 // a mapped slot they cover from its start.
 void TesseraAllocatorImpl::find_slivers(StreamId stream, std::vector<Sliver>& heads, std::vector<Sliver>& tails) const {
-  for (const auto& arena : arenas_) {
+  for (const auto& placement : placements_) {
+    const Arena* arena = &placement->arena();
     if (!same_stream(arena->stream(), stream)) continue;
-    arena->visit_free([&](const Block* block) {
+    placement->visit_free([&](const Block* block) {
       const Region& region = arena->region_of(*block);
       auto granule_at = [&](std::size_t slot) -> std::optional<Page> {
         if (!region.is_accessible(slot)) return std::nullopt;
-        std::size_t head = slot;
-        while (region.page_at(head) == 0) --head;
-        return Page{region.page_id(head), 1, region.page_offset(head) + static_cast<std::uint32_t>(slot - head)};
+        return region.granule_at(slot);
       };
       Block* free_block = const_cast<Block*>(block);
       if (const Bytes offset = (block->address - region.base) & (granule_ - 1); offset != 0) {
@@ -58,7 +57,7 @@ void TesseraAllocatorImpl::find_slivers(StreamId stream, std::vector<Sliver>& he
         const Address slot_end = region.slot_address(slot + 1, granule_);
         if (block->end() >= slot_end) {
           if (auto granule = granule_at(slot)) {
-            heads.push_back({arena.get(), free_block, block->address, slot_end - block->address, *granule});
+            heads.push_back({const_cast<Arena*>(arena), free_block, block->address, slot_end - block->address, *granule});
           }
         }
       }
@@ -66,7 +65,9 @@ void TesseraAllocatorImpl::find_slivers(StreamId stream, std::vector<Sliver>& he
         const std::size_t slot = (block->end() - region.base) / granule_;
         const Address slot_start = region.slot_address(slot, granule_);
         if (block->address <= slot_start) {
-          if (auto granule = granule_at(slot)) tails.push_back({arena.get(), free_block, slot_start, offset, *granule});
+          if (auto granule = granule_at(slot)) {
+            tails.push_back({const_cast<Arena*>(arena), free_block, slot_start, offset, *granule});
+          }
         }
       }
     });
@@ -119,12 +120,13 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   plan_with_head(nullptr);
   for (const Sliver& head : heads) plan_with_head(&head);
   if (best && best->middle > max_middle) return make_error(Errc::out_of_memory, "slivers would save nothing");
-  auto room = [&] { return pool_.granules() + (limit_ > held_ ? (limit_ - held_) / granule_ : 0); };
+  auto room = [&] {
+    const Bytes held = mapper_.held();
+    return mapper_.pool().granules() + (limit_ > held ? (limit_ - held) / granule_ : 0);
+  };
   if (best && best->middle > room() && config_.reclaim != AllocatorConfig::Reclaim::never) {
     // The idle pages of the free block the contiguous placement would have used in place are idle again.
-    auto taken = reclaim(best->middle - room());
-    reclaimed_.clear();
-    if (!taken) return std::move(taken).error();
+    if (auto taken = reclaim(best->middle - room(), nullptr); !taken) return std::move(taken).error();
   }
   if (!best || best->middle > room()) {
     return make_error(Errc::out_of_memory, fmt::format("even over slivers it needs {} more granule(s)",
@@ -137,21 +139,20 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   const std::size_t slots = first_middle + plan.middle + (plan.tail != nullptr ? 1 : 0);
   const Bytes span = slots * granule_;
   // The pages first, then the range: a failure leaves only pooled pages behind, nothing to release.
-  gaps_.clear();
-  assignments_.clear();
-  reclaimed_.clear();
-  if (plan.middle > 0) gaps_.push_back({first_middle, first_middle + plan.middle});
-  fill_gaps_from_pool();
+  Backing& backing = backing_;
+  backing.start();
+  if (plan.middle > 0) backing.gaps.push_back({first_middle, first_middle + plan.middle});
+  fill_gaps_from_pool(backing);
   Result<void> created;
-  if (gap_granules() > 0) created = create_for_gaps(SlotRange{first_middle, plan.middle}, 0);
-  if (!created.ok() || gap_granules() > 0) {
-    return_assignments_to_pool();
+  if (backing.missing() > 0) created = create_for_gaps(backing, SlotRange{first_middle, plan.middle}, 0);
+  if (!created.ok() || backing.missing() > 0) {
+    return_to_pool(backing);
     if (!created.ok()) return std::move(created).error();
     return make_error(Errc::out_of_memory, "the pages between the slivers could not be created");
   }
-  auto base = driver_.reserve(span);
+  auto base = mapper_.reserve(span);
   if (!base) {
-    return_assignments_to_pool();
+    return_to_pool(backing);
     return std::move(base).error();
   }
 
@@ -165,49 +166,28 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   block.size = rounded;
   block.requested = requested;
   // The tail is lent first: when both slivers are the two ends of one free block, the head's block stays.
-  Block* tail_lent = plan.tail != nullptr ? plan.tail->arena->lend(plan.tail->free_block, plan.tail->at, plan.tail_used) : nullptr;
-  Block* head_lent = plan.head != nullptr ? plan.head->arena->lend(plan.head->free_block, plan.head->at, plan.head_used) : nullptr;
+  auto lend = [&](const Sliver& sliver, Bytes used) {
+    return placement_of(*sliver.arena).lend(sliver.free_block, sliver.at, used);
+  };
+  Block* tail_lent = plan.tail != nullptr ? lend(*plan.tail, plan.tail_used) : nullptr;
+  Block* head_lent = plan.head != nullptr ? lend(*plan.head, plan.head_used) : nullptr;
   if (head_lent != nullptr) shared->mappings.push_back({0, plan.head->granule, plan.head->arena, head_lent, false});
-  std::sort(assignments_.begin(), assignments_.end(),
+  std::sort(backing.assignments.begin(), backing.assignments.end(),
             [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
-  for (const Assignment& assignment : assignments_) shared->mappings.push_back({assignment.head, assignment.page, nullptr, nullptr, false});
-  assignments_.clear();
+  for (const Assignment& assignment : backing.assignments) {
+    shared->mappings.push_back({assignment.head, assignment.page, nullptr, nullptr, false});
+  }
+  backing.assignments.clear();
   if (tail_lent != nullptr) shared->mappings.push_back({slots - 1, plan.tail->granule, plan.tail->arena, tail_lent, false});
 
-  Result<void> failure;
-  std::uint64_t mapped = 0;
-  Bytes mapped_bytes = 0;
-  std::uint64_t slivers_mapped = 0;
-  for (SharedMapping& mapping : shared->mappings) {
-    const Page& page = mapping.page;
-    const Address at = *base + mapping.slot * granule_;
-    auto done = mapping.lent == nullptr && page.offset == 0 && page.granules == pool_.chunk_granules(page.id)
-                    ? driver_.map(at, page.id)
-                    : driver_.map_part(at, page.id, page.offset * granule_, page.granules * granule_);
-    if (!done) {
-      failure = std::move(done);
-      break;
-    }
-    mapping.mapped = true;
-    if (mapping.lent == nullptr) {
-      ++mapped;
-      mapped_bytes += page.granules * granule_;
-    } else {
-      ++slivers_mapped;
-    }
-  }
-  if (failure.ok()) failure = driver_.set_access(*base, span);
-  if (mapped > 0) notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped, mapped_bytes); });
-  if (slivers_mapped > 0) {
-    notify([&](AllocatorObserver& observer) { observer.slivers_mapped(slivers_mapped, slivers_mapped * granule_); });
-  }
+  Result<void> failure = mapper_.map_shared(*shared);
   SharedBlock& kept = *shared_.emplace_back(std::move(shared));
   if (!failure.ok()) {
     // Pages never mapped go back to the pool now; the rest is taken apart as after a free (or later, if an
     // unmap fails: the block then waits in the pending list, no page lost).
     std::erase_if(kept.mappings, [&](const SharedMapping& mapping) {
-      if (mapping.mapped || mapping.lent != nullptr) return false;
-      pool_.put(mapping.page);
+      if (mapping.mapped || mapping.is_sliver()) return false;
+      mapper_.pool().put(mapping.page);
       return true;
     });
     if (!take_apart(&block)) {
@@ -234,14 +214,9 @@ Result<void> TesseraAllocatorImpl::free_shared(Block* block) {
   auto extra = extra_streams_.find(block);
   std::vector<StreamId> streams{shared->stream};
   if (extra != extra_streams_.end()) streams.insert(streams.end(), extra->second.begin(), extra->second.end());
-  for (StreamId user : streams) {
-    auto recorded = record_event_on(user);
-    if (!recorded) {
-      for (EventId done : pending.events) destroy_or_defer(done);
-      return std::move(recorded).error();  // the block stays live: the caller may free it again
-    }
-    pending.events.push_back(*recorded);
-  }
+  auto events = record_events(streams);
+  if (!events) return std::move(events).error();  // the block stays live: the caller may free it again
+  pending.events = std::move(*events);
   if (extra != extra_streams_.end()) extra_streams_.erase(extra);
   const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool};
   live_.erase(block->address);
@@ -256,37 +231,14 @@ Result<void> TesseraAllocatorImpl::free_shared(Block* block) {
 // call failed: what was done stays done, and the rest is tried again later.
 bool TesseraAllocatorImpl::take_apart(Block* block) {
   SharedBlock* shared = shared_of(block);
-  std::uint64_t unmapped = 0;
-  Bytes unmapped_bytes = 0;
-  std::uint64_t slivers_unmapped = 0;
-  bool done = true;
-  for (SharedMapping& mapping : shared->mappings) {
-    if (!mapping.mapped) continue;
-    if (!driver_.unmap(shared->base + mapping.slot * granule_)) {
-      done = false;
-      break;
-    }
-    mapping.mapped = false;
-    if (mapping.lent == nullptr) {
-      pool_.put(mapping.page);
-      ++unmapped;
-      unmapped_bytes += mapping.page.granules * granule_;
-    } else {
-      ++slivers_unmapped;
-    }
-  }
-  if (unmapped > 0) notify([&](AllocatorObserver& observer) { observer.pages_unmapped(unmapped, unmapped_bytes); });
-  if (slivers_unmapped > 0) {
-    notify([&](AllocatorObserver& observer) { observer.slivers_unmapped(slivers_unmapped, slivers_unmapped * granule_); });
-  }
-  if (!done) return false;
+  if (!mapper_.unmap_shared(*shared)) return false;
   // Nothing maps the slivers twice any more: their bytes are free again at home.
   std::erase_if(shared->mappings, [&](const SharedMapping& mapping) {
-    if (mapping.lent != nullptr) mapping.home->give_back(mapping.lent, ++clock_);
+    if (mapping.is_sliver()) placement_of(*mapping.home).give_back(mapping.lent, ++clock_);
     return true;
   });
   if (shared->reserved) {
-    if (!driver_.release_reservation(shared->base)) return false;
+    if (!mapper_.release_range(shared->base)) return false;
     shared->reserved = false;
   }
   std::erase_if(shared_, [&](const auto& candidate) { return &candidate->block == block; });

@@ -1,5 +1,6 @@
 // The policy (layer 4) for requests: which arena, where a block goes, streams and events, the
-// out-of-memory ladder. Where a block's pages come from is in page_backing.cpp.
+// out-of-memory ladder. Where a block's pages come from is in page_backing.cpp; every driver call goes
+// through the mapper (mapper.hpp).
 //
 // One allocation, end to end (docs/allocator.md walks it through every layer):
 //   1. round the request (512 B, or PyTorch's power-of-two divisions) and pick the pool: small up to
@@ -7,7 +8,7 @@
 //   2. best fit among the arena's free blocks (smallest that holds it, lowest address among equals) and
 //      carve the block from its low end — the rest stays free; large arenas grow down instead (a good fit:
 //      the highest free block up to twice the best fit's size, carved at its high end), so that their
-//      frontier is a tail sliver where a small arena's is a head (arena.hpp, docs/allocator.md);
+//      frontier is a tail sliver where a small arena's is a head (placement.hpp, docs/allocator.md);
 //   3. fast path: every granule slot under the block already has a page (cached memory): done, no driver
 //      call;
 //   4. otherwise back the missing slots (page_backing.cpp);
@@ -42,70 +43,36 @@ Bytes round_to_divisions(Bytes size, unsigned divisions) {
 }  // namespace
 
 TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig& config)
-    : driver_(driver),
-      config_(config),
-      granule_(driver.granularity()),
-      page_max_granules_(static_cast<std::uint32_t>(std::clamp<Bytes>(config.page_max / driver.granularity(), 1, 1024))),
-      chunk_max_granules_(driver.capabilities().partial_map
-                              ? static_cast<std::uint32_t>(std::clamp<Bytes>(config.chunk_max / driver.granularity(),
+    : config_(config),
+      mapper_(driver, observers_),
+      granule_(mapper_.granule()),
+      page_max_granules_(static_cast<std::uint32_t>(std::clamp<Bytes>(config.page_max / granule_, 1, 1024))),
+      chunk_max_granules_(mapper_.capabilities().partial_map
+                              ? static_cast<std::uint32_t>(std::clamp<Bytes>(config.chunk_max / granule_,
                                                                              page_max_granules_, 1u << 24))
                               : page_max_granules_),
-      limit_(driver.capacity() / granule_ * granule_),
+      limit_(mapper_.capacity() / granule_ * granule_),
       share_slivers_(can_share_slivers()) {}
 
 TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   std::lock_guard lock(mutex_);
   // Work may still be queued on blocks freed in stream order, or on streams a pending free waits for: no
   // page is unmapped without proof that it finished. Without that proof the mapped pages are left to the
-  // process's end (a leak, not a corruption). A chunk goes back once, when all of it is unmapped; observers
-  // are not told (they may be gone already).
-  if (device_proven_idle()) {
-    for (auto& shared : shared_) {
-      for (SharedMapping& mapping : shared->mappings) {
-        if (mapping.mapped && driver_.unmap(shared->base + mapping.slot * granule_) && mapping.lent == nullptr) {
-          pool_.put(mapping.page);
-        }
-      }
-      if (shared->reserved) (void)driver_.release_reservation(shared->base);
-    }
-    for (auto& arena : arenas_) {
-      for (std::uint32_t index = 0; index < arena->regions().size(); ++index) {
-        Region& region = arena->region(index);
-        for (std::size_t slot = region.table_begin(); slot < region.table_end(); ++slot) {
-          if (region.page_at(slot) == 0) continue;
-          if (driver_.unmap(region.slot_address(slot, granule_))) pool_.put(arena->clear_page(region, slot));
-        }
-        (void)driver_.release_reservation(region.base);
-      }
+  // process's end (a leak, not a corruption). A chunk goes back once, when all of it is unmapped.
+  std::vector<StreamId> streams;
+  for (const auto& placement : placements_) streams.push_back(placement->arena().stream());
+  for (const auto& [block, users] : extra_streams_) streams.insert(streams.end(), users.begin(), users.end());
+  std::vector<EventId> events;
+  for (const Pending& pending : pending_) events.insert(events.end(), pending.events.begin(), pending.events.end());
+  if (mapper_.prove_idle(streams, events)) {
+    for (auto& shared : shared_) mapper_.unmap_all(*shared);
+    for (auto& placement : placements_) {
+      Arena& arena = placement->arena();
+      for (std::uint32_t index = 0; index < arena.regions().size(); ++index) mapper_.unmap_all(arena.region(index));
     }
   }
-  while (const std::optional<Page> chunk = pool_.take_whole_chunk()) (void)driver_.release_page(chunk->id);
-  for (Pending& pending : pending_) {
-    for (EventId event : pending.events) (void)driver_.destroy_event(event);
-  }
-  for (EventId event : stale_events_) (void)driver_.destroy_event(event);
-}
-
-// A device-wide synchronize; failing that, every stream this allocator has seen, one by one.
-bool TesseraAllocatorImpl::device_proven_idle() {
-  if (driver_.synchronize_device()) return true;
-  auto idle = [&](StreamId stream) { return driver_.synchronize_stream(stream).ok(); };
-  for (const auto& arena : arenas_) {
-    if (!idle(arena->stream())) return false;
-  }
-  for (const auto& [block, streams] : extra_streams_) {
-    if (!std::all_of(streams.begin(), streams.end(), idle)) return false;
-  }
-  for (const Pending& pending : pending_) {
-    for (EventId event : pending.events) {
-      if (!driver_.synchronize_event(event)) return false;
-    }
-  }
-  return true;
-}
-
-void TesseraAllocatorImpl::destroy_or_defer(EventId event) {
-  if (!driver_.destroy_event(event)) stale_events_.push_back(event);  // destroyed again later, not leaked
+  mapper_.release_all_pooled();
+  mapper_.destroy_events(events);
 }
 
 Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
@@ -113,15 +80,16 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   std::lock_guard lock(mutex_);
   if (size > limit_) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
-  if (pending_.empty() && stale_events_.empty()) {
-    // The fast path: the best fit is cached memory, a page under each of its slots. The ladder below would
-    // take the same block (slivers are tried first only when the contiguous placement lacks pages), through
+  const MemoryPool pool = pool_for(rounded);
+  Placement& placement = placement_for(stream, pool);
+  // The free block the request goes into, handed down the ladder until something changes the free blocks.
+  Block* fit = nullptr;
+  if (pending_.empty() && !mapper_.has_stale_events()) {
+    // The fast path: the fit is cached memory, a page under each of its slots. The ladder below would take
+    // the same block (slivers are tried first only when the contiguous placement lacks pages), through
     // more branches.
-    const MemoryPool pool = pool_for(rounded);
-    Arena* arena = arena_for(stream, pool);
-    if (Block* free_block = arena->best_fit(rounded); free_block != nullptr && arena->is_cached(*free_block, rounded)) {
-      return hand_out(arena->take(free_block, rounded, size), stream, pool);
-    }
+    fit = placement.fit(rounded);
+    if (fit != nullptr && placement.is_cached(*fit, rounded)) return hand_out(placement.take(fit, rounded, size), stream, pool);
   } else if (auto done = process_pending(false); !done) {
     return std::move(done).error();
   }
@@ -136,21 +104,23 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   };
   constexpr std::size_t any_middle = std::numeric_limits<std::size_t>::max();
   // At the limit, where pages are scarce, slivers go first when they leave more pages for what follows.
-  if (share && held_ + granule_ > limit_) {
-    if (const std::size_t contiguous = pages_to_place(rounded, stream); contiguous > 0) {
+  if (share && mapper_.held() + granule_ > limit_) {
+    if (fit == nullptr) fit = placement.fit(rounded);
+    if (const std::size_t contiguous = pages_to_place(placement, fit, rounded); contiguous > 0) {
       if (auto shared = over_slivers(contiguous - 1)) return std::move(*shared);
+      fit = nullptr;  // a block over slivers that failed half way gave its slivers back: blocks merged
     }
   }
-  auto placed = place(rounded, size, stream, !share);
+  auto placed = place(placement, fit, rounded, size, stream, !share);
   if (placed || placed.error().code != Errc::out_of_memory) return placed;
   if (auto shared = over_slivers(any_middle)) return std::move(*shared);
   if (share) {
-    placed = place(rounded, size, stream, true);
+    placed = place(placement, nullptr, rounded, size, stream, true);
     if (placed || placed.error().code != Errc::out_of_memory) return placed;
   }
   notify([](AllocatorObserver& observer) { observer.alloc_retried(); });
   if (auto done = process_pending(true); !done) return std::move(done).error();
-  placed = place(rounded, size, stream, true);
+  placed = place(placement, nullptr, rounded, size, stream, true);
   if (placed || placed.error().code != Errc::out_of_memory) return placed;
   if (auto shared = over_slivers(any_middle)) return std::move(*shared);
   return out_of_memory(size, placed.error().message);
@@ -171,24 +141,17 @@ Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
   auto extra = extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(block);
   if (extra == extra_streams_.end()) {
     live_.erase_slot(slot);
-    arena->give_back(block, ++clock_);
+    placement_of(*arena).give_back(block, ++clock_);
     notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
     return {};
   }
   // Other streams used the block: it waits until the work they had queued at this moment is done.
-  Pending pending{arena, block, {}};
-  for (StreamId user : extra->second) {
-    auto recorded = record_event_on(user);
-    if (!recorded) {
-      for (EventId done : pending.events) destroy_or_defer(done);
-      return std::move(recorded).error();  // the block stays live: the caller may free it again
-    }
-    pending.events.push_back(*recorded);
-  }
+  auto events = record_events(extra->second);
+  if (!events) return std::move(events).error();  // the block stays live: the caller may free it again
   extra_streams_.erase(extra);
   live_.erase(address);
-  arena->mark_pending(block);
-  pending_.push_back(std::move(pending));
+  Placement::mark_pending(block);
+  pending_.push_back({arena, block, std::move(*events)});
   notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
   return {};
 }
@@ -210,10 +173,8 @@ Result<void> TesseraAllocatorImpl::do_record_stream(Address address, StreamId st
 Result<void> TesseraAllocatorImpl::empty_cache() {
   std::lock_guard lock(mutex_);
   if (auto done = process_pending(true); !done) return done;
-  auto taken = reclaim(std::numeric_limits<std::size_t>::max());
-  reclaimed_.clear();  // only a backing counts what it stitches
-  if (!taken) return std::move(taken).error();
-  return release_pooled_pages(0);
+  if (auto taken = reclaim(std::numeric_limits<std::size_t>::max(), nullptr); !taken) return std::move(taken).error();
+  return mapper_.release_pooled(0);
 }
 
 Result<void> TesseraAllocatorImpl::set_memory_fraction(double fraction) {
@@ -221,7 +182,7 @@ Result<void> TesseraAllocatorImpl::set_memory_fraction(double fraction) {
     return make_error(Errc::invalid_argument, fmt::format("tessera: memory fraction {} is not in (0, 1]", fraction));
   }
   std::lock_guard lock(mutex_);
-  const auto allowed = static_cast<Bytes>(static_cast<double>(driver_.capacity()) * fraction);
+  const auto allowed = static_cast<Bytes>(static_cast<double>(mapper_.capacity()) * fraction);
   // The limit holds from now on even when giving back fails below (live blocks may exceed it anyway, as
   // in PyTorch); the pages that could not go back stay cached and consistent.
   limit_ = std::max(granule_, allowed / granule_ * granule_);
@@ -236,7 +197,7 @@ Result<void> TesseraAllocatorImpl::set_memory_fraction(double fraction) {
 
 void TesseraAllocatorImpl::add_observer(AllocatorObserver& observer) {
   std::lock_guard lock(mutex_);
-  observers_.push_back(&observer);
+  observers_.add(observer);
 }
 
 Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
@@ -246,25 +207,26 @@ Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
   return align_up(size, minimum_block);
 }
 
-Arena* TesseraAllocatorImpl::find_or_add_arena(std::pair<std::uintptr_t, MemoryPool> key) {
-  const auto stream = static_cast<StreamId>(key.first);
-  const MemoryPool pool = key.second;
-  auto found = arena_by_key_.find(key);
-  if (found == arena_by_key_.end()) {
-    // Large arenas grow down (arena.hpp says why), except where pages run on past a block into the free
+Placement& TesseraAllocatorImpl::find_or_add_placement(ArenaKey key) {
+  auto found = placement_by_key_.find(key);
+  if (found == placement_by_key_.end()) {
+    const auto stream = static_cast<StreamId>(key.first);
+    const MemoryPool pool = key.second;
+    // Large arenas grow down (placement.hpp says why), except where pages run on past a block into the free
     // space above it (page_max above the granule), which needs the space above free.
     const bool grows_down = pool == MemoryPool::large && page_max_granules_ == 1;
-    arenas_.push_back(std::make_unique<Arena>(stream, pool, granule_, grows_down, reclaim_list_));
-    found = arena_by_key_.emplace(key, arenas_.back().get()).first;
+    const auto index = static_cast<std::uint32_t>(placements_.size());
+    placements_.push_back(std::make_unique<Placement>(index, stream, pool, granule_, grows_down, reclaim_list_));
+    found = placement_by_key_.emplace(key, placements_.back().get()).first;
   }
-  last_arena_key_ = key;
-  last_arena_ = found->second;
-  return last_arena_;
+  last_key_ = key;
+  last_placement_ = found->second;
+  return *last_placement_;
 }
 
 // A product past 2^64 saturates to the largest granule multiple, which the driver then refuses to reserve.
 Bytes TesseraAllocatorImpl::region_span(Bytes at_least) const {
-  const Bytes capacity = std::max<Bytes>(driver_.capacity() / granule_ * granule_, granule_);
+  const Bytes capacity = std::max<Bytes>(mapper_.capacity() / granule_ * granule_, granule_);
   Bytes span = 0;
   if (__builtin_mul_overflow(capacity, Bytes{config_.virtual_factor}, &span)) {
     span = std::numeric_limits<Bytes>::max() / granule_ * granule_;
@@ -272,45 +234,41 @@ Bytes TesseraAllocatorImpl::region_span(Bytes at_least) const {
   return std::max(span, align_up(at_least, granule_));
 }
 
-// The granules a contiguous placement would still need pages for: its best fit's slots without one.
-std::size_t TesseraAllocatorImpl::pages_to_place(Bytes rounded, StreamId stream) {
-  const MemoryPool pool = pool_for(rounded);
-  Arena* arena = arena_for(stream, pool);
-  const Block* free_block = arena->best_fit(rounded);
-  if (free_block == nullptr) return (rounded + granule_ - 1) / granule_;
-  const Region& region = arena->region_of(*free_block);
-  const Address at = arena->carve_address(*free_block, rounded);
-  const std::size_t first = (at - region.base) / granule_;
-  const std::size_t end = (at + rounded - 1 - region.base) / granule_ + 1;
+std::size_t TesseraAllocatorImpl::pages_to_place(Placement& placement, const Block* fit, Bytes rounded) const {
+  if (fit == nullptr) return (rounded + granule_ - 1) / granule_;
+  const Arena& arena = placement.arena();
+  const Region& region = arena.region_of(*fit);
+  const Address at = placement.carve_address(*fit, rounded);
+  const std::size_t first = arena.slot_of(region, at);
+  const std::size_t end = arena.slot_of(region, at + rounded - 1) + 1;
   std::size_t missing = 0;
   for (std::size_t slot = first; slot < end; ++slot) missing += region.is_accessible(slot) ? 0 : 1;
   return missing;
 }
 
-Result<Address> TesseraAllocatorImpl::place(Bytes rounded, Bytes requested, StreamId stream, bool take_idle) {
-  const MemoryPool pool = pool_for(rounded);
-  Arena* arena = arena_for(stream, pool);
-  Block* free_block = arena->best_fit(rounded);
-  if (free_block == nullptr) {
+Result<Address> TesseraAllocatorImpl::place(Placement& placement, Block* fit, Bytes rounded, Bytes requested,
+                                            StreamId stream, bool take_idle) {
+  if (fit == nullptr) fit = placement.fit(rounded);
+  if (fit == nullptr) {
     const Bytes span = region_span(rounded);
-    auto base = driver_.reserve(span);
+    auto base = mapper_.reserve(span);
     if (!base) {
       // Address space, not device memory: say so, with what sized the region.
       Error error = std::move(base).error();
       error.message = fmt::format("no virtual address space for a new region of {} bytes (virtual_factor {} x "
                                   "capacity {}): {}",
-                                  span, config_.virtual_factor, driver_.capacity(), error.message);
+                                  span, config_.virtual_factor, mapper_.capacity(), error.message);
       return error;
     }
-    arena->add_region(*base, span);
-    free_block = arena->best_fit(rounded);
+    placement.add_region(*base, span);
+    fit = placement.fit(rounded);
   }
-  Block* block = arena->take(free_block, rounded, requested);
-  if (auto backed = back_with_pages(*arena, *block, take_idle); !backed) {
-    arena->give_back(block, block->freed_at);
+  Block* block = placement.take(fit, rounded, requested);
+  if (auto backed = back_with_pages(placement.arena(), *block, take_idle, backing_); !backed) {
+    placement.give_back(block, block->freed_at);
     return std::move(backed).error();
   }
-  return hand_out(block, stream, pool);
+  return hand_out(block, stream, placement.arena().pool());
 }
 
 Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool pool) {
@@ -321,29 +279,32 @@ Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool
   return address;
 }
 
-Result<EventId> TesseraAllocatorImpl::record_event_on(StreamId stream) {
-  auto event = driver_.create_event();
-  if (!event) return event;
-  if (auto recorded = driver_.record_event(*event, stream); !recorded) {
-    destroy_or_defer(*event);
-    return std::move(recorded).error();
+Result<std::vector<EventId>> TesseraAllocatorImpl::record_events(std::span<const StreamId> streams) {
+  std::vector<EventId> events;
+  for (StreamId stream : streams) {
+    auto recorded = mapper_.record_event(stream);
+    if (!recorded) {
+      for (EventId done : events) mapper_.destroy_event(done);
+      return std::move(recorded).error();
+    }
+    events.push_back(*recorded);
   }
-  return event;
+  return events;
 }
 
 // Frees the pending blocks whose events completed (all of them, waiting, when `wait`).
 Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
-  std::erase_if(stale_events_, [&](EventId event) { return driver_.destroy_event(event).ok(); });
+  mapper_.retry_stale_events();
   for (std::size_t i = 0; i < pending_.size();) {
     Pending& pending = pending_[i];
     bool complete = true;
     for (EventId event : pending.events) {
       if (wait) {
-        if (auto done = driver_.synchronize_event(event); !done) return done;
+        if (auto done = mapper_.wait_event(event); !done) return done;
         continue;
       }
       // A query that fails proves nothing: the block stays pending, and a later wait decides.
-      auto queried = driver_.query_event(event);
+      auto queried = mapper_.query_event(event);
       if (!queried || !*queried) {
         complete = false;
         break;
@@ -353,7 +314,7 @@ Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
       ++i;
       continue;
     }
-    for (EventId event : pending.events) destroy_or_defer(event);
+    for (EventId event : pending.events) mapper_.destroy_event(event);
     pending.events.clear();
     if (pending.arena == nullptr) {
       if (!take_apart(pending.block)) {  // a driver call failed: tried again at the next processing
@@ -361,7 +322,7 @@ Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
         continue;
       }
     } else {
-      pending.arena->give_back(pending.block, ++clock_);
+      placement_of(*pending.arena).give_back(pending.block, ++clock_);
     }
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();

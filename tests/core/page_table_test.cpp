@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/arena.hpp"
+#include "core/region.hpp"
 
 namespace tessera::core {
 namespace {
@@ -15,35 +16,33 @@ constexpr Bytes granule = 2 * MiB;
 constexpr std::size_t slots = std::size_t{1} << 24;  // a 32 TiB region: only a window of it may be held
 
 TEST(PageTable, AWindowAtTheTopOfAHugeRegionHoldsOnlyWhatWasMapped) {
-  ReclaimList reclaim;
-  Arena arena(default_stream, MemoryPool::large, granule, true, reclaim);
+  Arena arena(0, default_stream, MemoryPool::large, granule);
   arena.add_region(Address{1} << 44, slots * granule);
   Region& region = arena.region(0);
-  arena.set_page(region, slots - 3, Page{PageId{7}, 3, 0});
+  region.set_page(slots - 3, Page{PageId{7}, 3, 0});
   EXPECT_EQ(region.table_end(), slots);
   EXPECT_LE(region.table_end() - region.table_begin(), 64u) << "not one entry per slot of the region";
   EXPECT_EQ(region.table_begin() % 64, 0u);
-  EXPECT_TRUE(region.all_mapped({slots - 3, 3}));
-  EXPECT_FALSE(region.all_mapped({slots - 4, 4}));
+  EXPECT_TRUE(region.all_accessible({slots - 3, 3}));
+  EXPECT_FALSE(region.all_accessible({slots - 4, 4}));
   EXPECT_FALSE(region.is_mapped(0));
-  EXPECT_EQ(region.page_at(slots - 3), 3u);
-  EXPECT_EQ(region.page_id(slots - 1), PageId{7});
+  EXPECT_EQ(region.page_granules_at(slots - 3), 3u);
+  EXPECT_EQ(region.chunk_at(slots - 1), PageId{7});
   // Growing down keeps what is there.
-  arena.set_page(region, slots - 200, Page{PageId{8}, 2, 5});
+  region.set_page(slots - 200, Page{PageId{8}, 2, 5});
   EXPECT_LE(region.table_begin(), slots - 200);
-  EXPECT_TRUE(region.all_mapped({slots - 3, 3}));
-  EXPECT_TRUE(region.all_mapped({slots - 200, 2}));
-  EXPECT_EQ(region.page_offset(slots - 200), 5u);
+  EXPECT_TRUE(region.all_accessible({slots - 3, 3}));
+  EXPECT_TRUE(region.all_accessible({slots - 200, 2}));
+  EXPECT_EQ(region.page_offset_at(slots - 200), 5u);
   EXPECT_EQ(region.within_table(SlotRange{0, slots}).count, region.table_end() - region.table_begin());
-  const Page page = arena.clear_page(region, slots - 200);
-  EXPECT_EQ(page.id, PageId{8});
+  const Page page = region.clear_page(slots - 200);
+  EXPECT_EQ(page.chunk, PageId{8});
   EXPECT_EQ(page.granules, 2u);
   EXPECT_FALSE(region.is_mapped(slots - 199));
 }
 
 TEST(PageTable, AgreesWithAPlainMapThroughRandomMapsAtBothEnds) {
-  ReclaimList reclaim;
-  Arena arena(default_stream, MemoryPool::large, granule, true, reclaim);
+  Arena arena(0, default_stream, MemoryPool::large, granule);
   arena.add_region(Address{1} << 44, 4096 * granule);
   Region& region = arena.region(0);
   std::map<std::size_t, std::uint32_t> heads;  // head -> granules
@@ -58,12 +57,12 @@ TEST(PageTable, AgreesWithAPlainMapThroughRandomMapsAtBothEnds) {
       return false;
     };
     if (random() % 3 != 0 && !overlaps()) {
-      arena.set_page(region, head, Page{PageId{head + 1}, granules, 0});
+      region.set_page(head, Page{PageId{head + 1}, granules, 0});
       heads[head] = granules;
     } else if (!heads.empty()) {
       auto victim = heads.lower_bound(head);
       if (victim == heads.end()) victim = heads.begin();
-      EXPECT_EQ(arena.clear_page(region, victim->first).granules, victim->second);
+      EXPECT_EQ(region.clear_page(victim->first).granules, victim->second);
       heads.erase(victim);
     }
     if (step % 97 != 0) continue;
@@ -72,7 +71,7 @@ TEST(PageTable, AgreesWithAPlainMapThroughRandomMapsAtBothEnds) {
       const bool mapped = at != heads.begin() && std::prev(at)->first + std::prev(at)->second > slot;
       ASSERT_EQ(region.is_mapped(slot), mapped) << "slot " << slot << " at step " << step;
       ASSERT_EQ(region.is_accessible(slot), mapped) << "slot " << slot;
-      ASSERT_EQ(region.page_at(slot), heads.contains(slot) ? heads[slot] : 0u) << "slot " << slot;
+      ASSERT_EQ(region.page_granules_at(slot), heads.contains(slot) ? heads[slot] : 0u) << "slot " << slot;
     }
   }
 }

@@ -1,0 +1,263 @@
+#include "core/mapper.hpp"
+
+#include <algorithm>
+
+namespace tessera::core {
+
+Result<PageId> Mapper::create_chunk(std::uint32_t& granules) {
+  while (true) {
+    auto chunk = driver_.create_page(granules * granule_);
+    if (chunk) {
+      pool_.add_chunk(*chunk, granules);
+      held_ += granules * granule_;
+      observers_.notify([&](AllocatorObserver& observer) { observer.pages_created(1, granules * granule_); });
+      return chunk;
+    }
+    if (chunk.error().code != Errc::out_of_memory || granules == 1) return chunk;
+    granules = std::max<std::uint32_t>(1, granules / 2);
+  }
+}
+
+Result<void> Mapper::release_pooled(std::size_t granules_to_keep) {
+  std::uint64_t released = 0;
+  Bytes released_bytes = 0;
+  Result<void> failure;
+  while (pool_.granules() > granules_to_keep) {
+    const std::optional<Page> chunk = pool_.take_whole_chunk();
+    if (!chunk) break;
+    if (auto done = driver_.release_page(chunk->chunk); !done) {
+      pool_.put(*chunk);
+      failure = std::move(done);
+      break;
+    }
+    pool_.forget_chunk(chunk->chunk);
+    held_ -= chunk->granules * granule_;
+    ++released;
+    released_bytes += chunk->granules * granule_;
+  }
+  if (released > 0) {
+    observers_.notify([&](AllocatorObserver& observer) { observer.pages_released(released, released_bytes); });
+  }
+  return failure;
+}
+
+// A page that is all of its chunk is mapped whole: the call every driver has. A part of a chunk, and a
+// sliver's granule (mapped a second time), need map_part.
+Result<void> Mapper::map(Address at, const Page& page, bool sliver) {
+  if (!sliver && page.offset == 0 && page.granules == pool_.chunk_granules(page.chunk)) {
+    return driver_.map(at, page.chunk);
+  }
+  return driver_.map_part(at, page.chunk, page.offset * granule_, page.granules * granule_);
+}
+
+Result<void> Mapper::map_pages(Region& region, std::span<const Assignment> assignments) {
+  std::size_t mapped = 0;
+  Bytes mapped_bytes = 0;
+  Result<void> failure;
+  for (const Assignment& assignment : assignments) {
+    if (auto done = map(region.slot_address(assignment.head, granule_), assignment.page, false); !done) {
+      failure = std::move(done);
+      break;
+    }
+    region.set_page(assignment.head, assignment.page);
+    ++mapped;
+    mapped_bytes += assignment.page.granules * granule_;
+  }
+  for (std::size_t start = 0; start < mapped && failure.ok();) {
+    std::size_t end = start + 1;
+    while (end < mapped && assignments[end - 1].head + assignments[end - 1].page.granules == assignments[end].head) {
+      ++end;
+    }
+    const std::size_t first = assignments[start].head;
+    const std::size_t last = assignments[end - 1].head + assignments[end - 1].page.granules;
+    if (auto done = driver_.set_access(region.slot_address(first, granule_), (last - first) * granule_); !done) {
+      failure = std::move(done);
+    }
+    start = end;
+  }
+  if (failure.ok()) {
+    observers_.notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped, mapped_bytes); });
+    return {};
+  }
+  // The rollback: no page may stay mapped with access unknown.
+  std::size_t kept = 0;
+  Bytes kept_bytes = 0;
+  for (std::size_t i = 0; i < mapped; ++i) {
+    const Assignment& assignment = assignments[i];
+    if (!driver_.unmap(region.slot_address(assignment.head, granule_))) {
+      // Stays mapped, but maybe without access: marked so, it is never handed out before access is set.
+      region.set_accessible(assignment.head, false);
+      ++kept;
+      kept_bytes += assignment.page.granules * granule_;
+      continue;
+    }
+    pool_.put(region.clear_page(assignment.head));
+  }
+  for (std::size_t i = mapped; i < assignments.size(); ++i) pool_.put(assignments[i].page);
+  if (kept > 0) observers_.notify([&](AllocatorObserver& observer) { observer.pages_mapped(kept, kept_bytes); });
+  return failure;
+}
+
+Result<void> Mapper::restore_access(Region& region, SlotRange touched) {
+  for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
+    if (!region.is_mapped(slot) || region.is_accessible(slot)) continue;
+    const std::size_t head = region.head_of(slot);
+    const Bytes size = region.page_granules_at(head) * granule_;
+    if (auto done = driver_.set_access(region.slot_address(head, granule_), size); !done) return done;
+    region.set_accessible(head, true);
+  }
+  return {};
+}
+
+Mapper::Unmapped Mapper::unmap_idle(std::span<const IdlePage> idle, std::vector<Page>* taken) {
+  Unmapped result;
+  // The proof: every stream whose freed blocks give pages has finished the work queued before now.
+  std::vector<StreamId> streams;
+  for (const IdlePage& page : idle) {
+    if (std::find(streams.begin(), streams.end(), page.arena->stream()) == streams.end()) {
+      streams.push_back(page.arena->stream());
+    }
+  }
+  for (StreamId stream : streams) {
+    if (auto done = driver_.synchronize_stream(stream); !done) {
+      result.failure = std::move(done);
+      result.proven = false;
+      return result;
+    }
+    observers_.notify([](AllocatorObserver& observer) { observer.synchronized(false); });
+  }
+  std::size_t pages = 0;
+  for (const IdlePage& page : idle) {
+    Region& region = page.arena->region(page.region);
+    if (auto done = driver_.unmap(region.slot_address(page.head, granule_)); !done) {
+      result.failure = std::move(done);
+      break;
+    }
+    const Page unmapped = region.clear_page(page.head);
+    if (taken != nullptr) taken->push_back(unmapped);
+    pool_.put(unmapped);
+    ++pages;
+    result.granules += page.granules;
+  }
+  if (pages > 0) {
+    observers_.notify([&](AllocatorObserver& observer) {
+      observer.pages_unmapped(pages, result.granules * granule_);
+      observer.reclaimed(pages);
+    });
+  }
+  return result;
+}
+
+Result<void> Mapper::map_shared(SharedBlock& shared) {
+  Result<void> failure;
+  std::uint64_t mapped = 0;
+  Bytes mapped_bytes = 0;
+  std::uint64_t slivers_mapped = 0;
+  for (SharedMapping& mapping : shared.mappings) {
+    if (auto done = map(shared.base + mapping.slot * granule_, mapping.page, mapping.is_sliver()); !done) {
+      failure = std::move(done);
+      break;
+    }
+    mapping.mapped = true;
+    if (mapping.is_sliver()) {
+      ++slivers_mapped;
+    } else {
+      ++mapped;
+      mapped_bytes += mapping.page.granules * granule_;
+    }
+  }
+  if (failure.ok()) failure = driver_.set_access(shared.base, shared.span);
+  if (mapped > 0) observers_.notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped, mapped_bytes); });
+  if (slivers_mapped > 0) {
+    observers_.notify(
+        [&](AllocatorObserver& observer) { observer.slivers_mapped(slivers_mapped, slivers_mapped * granule_); });
+  }
+  return failure;
+}
+
+bool Mapper::unmap_shared(SharedBlock& shared) {
+  std::uint64_t unmapped = 0;
+  Bytes unmapped_bytes = 0;
+  std::uint64_t slivers_unmapped = 0;
+  bool done = true;
+  for (SharedMapping& mapping : shared.mappings) {
+    if (!mapping.mapped) continue;
+    if (!driver_.unmap(shared.base + mapping.slot * granule_)) {
+      done = false;
+      break;
+    }
+    mapping.mapped = false;
+    if (mapping.is_sliver()) {
+      ++slivers_unmapped;
+    } else {
+      pool_.put(mapping.page);
+      ++unmapped;
+      unmapped_bytes += mapping.page.granules * granule_;
+    }
+  }
+  if (unmapped > 0) {
+    observers_.notify([&](AllocatorObserver& observer) { observer.pages_unmapped(unmapped, unmapped_bytes); });
+  }
+  if (slivers_unmapped > 0) {
+    observers_.notify([&](AllocatorObserver& observer) {
+      observer.slivers_unmapped(slivers_unmapped, slivers_unmapped * granule_);
+    });
+  }
+  return done;
+}
+
+Result<EventId> Mapper::record_event(StreamId stream) {
+  auto event = driver_.create_event();
+  if (!event) return event;
+  if (auto recorded = driver_.record_event(*event, stream); !recorded) {
+    destroy_event(*event);
+    return std::move(recorded).error();
+  }
+  return event;
+}
+
+void Mapper::destroy_event(EventId event) {
+  if (!driver_.destroy_event(event)) stale_events_.push_back(event);
+}
+
+void Mapper::retry_stale_events() {
+  std::erase_if(stale_events_, [&](EventId event) { return driver_.destroy_event(event).ok(); });
+}
+
+bool Mapper::prove_idle(std::span<const StreamId> streams, std::span<const EventId> events) {
+  if (driver_.synchronize_device()) return true;
+  for (StreamId stream : streams) {
+    if (!driver_.synchronize_stream(stream)) return false;
+  }
+  for (EventId event : events) {
+    if (!driver_.synchronize_event(event)) return false;
+  }
+  return true;
+}
+
+void Mapper::unmap_all(SharedBlock& shared) {
+  for (SharedMapping& mapping : shared.mappings) {
+    if (mapping.mapped && driver_.unmap(shared.base + mapping.slot * granule_) && !mapping.is_sliver()) {
+      pool_.put(mapping.page);
+    }
+  }
+  if (shared.reserved) (void)driver_.release_reservation(shared.base);
+}
+
+void Mapper::unmap_all(Region& region) {
+  for (std::size_t slot = region.table_begin(); slot < region.table_end(); ++slot) {
+    if (region.page_granules_at(slot) == 0) continue;
+    if (driver_.unmap(region.slot_address(slot, granule_))) pool_.put(region.clear_page(slot));
+  }
+  (void)driver_.release_reservation(region.base);
+}
+
+void Mapper::release_all_pooled() {
+  while (const std::optional<Page> chunk = pool_.take_whole_chunk()) (void)driver_.release_page(chunk->chunk);
+}
+
+void Mapper::destroy_events(std::span<const EventId> events) {
+  for (EventId event : events) (void)driver_.destroy_event(event);
+}
+
+}  // namespace tessera::core

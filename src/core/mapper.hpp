@@ -1,0 +1,120 @@
+// The mapper (mechanism, layer 2): the only code of the core that calls a Driver. It owns the physical
+// memory the allocator holds — the chunks created and the page pool of pages not mapped now — and keeps
+// each region's page table in step with every map and unmap. Policy (the allocator's files) decides which
+// pages go where and asks for operations in its own words: back these slots, take these idle pages, give
+// these chunks back, record an event; the mapper chooses the driver calls (map or map_part, one set_access
+// per run of slots), proves the device idle before it unmaps, rolls back what a failed call left half
+// done, and tells the observers what changed.
+//
+// Nothing here decides: no limit, no ordering of candidates, no retry beyond a smaller chunk.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/arena.hpp"
+#include "core/observers.hpp"
+#include "core/page_pool.hpp"
+#include "core/region.hpp"
+#include "core/shared_block.hpp"
+#include "tessera/driver.hpp"
+
+namespace tessera::core {
+
+// A page to map at slot `head` of the block being backed.
+struct Assignment {
+  std::size_t head;
+  Page page;
+};
+
+// A mapped page that is idle: wholly inside a free block of `arena`, at slot `head` of one of its regions.
+struct IdlePage {
+  Arena* arena;
+  std::uint32_t region;
+  std::size_t head;
+  std::uint32_t granules;
+};
+
+class Mapper {
+ public:
+  Mapper(Driver& driver, Observers& observers)
+      : driver_(driver), observers_(observers), granule_(driver.granularity()) {}
+  ~Mapper() { destroy_events(stale_events_); }
+  Mapper(const Mapper&) = delete;
+  Mapper& operator=(const Mapper&) = delete;
+
+  // What the driver offers.
+  Bytes granule() const noexcept { return granule_; }
+  Bytes capacity() const noexcept { return driver_.capacity(); }
+  const DriverCapabilities& capabilities() const noexcept { return driver_.capabilities(); }
+
+  // Physical memory held from the device: chunks created and not released, mapped or pooled.
+  Bytes held() const noexcept { return held_; }
+  PagePool& pool() noexcept { return pool_; }
+  const PagePool& pool() const noexcept { return pool_; }
+
+  // Virtual ranges.
+  Result<Address> reserve(Bytes span) { return driver_.reserve(span); }
+  Result<void> release_range(Address base) { return driver_.release_reservation(base); }
+
+  // A new chunk of at most `granules` (lowered to what was created): the size asked first, then halves of
+  // it down to one granule, while the device itself runs out of memory. Held from now on, none of it pooled.
+  Result<PageId> create_chunk(std::uint32_t& granules);
+  // Gives wholly pooled chunks back to the device, largest first, until at most `granules_to_keep` stay
+  // pooled or no chunk is wholly pooled (the pooled parts of a chunk still partly mapped stay).
+  Result<void> release_pooled(std::size_t granules_to_keep);
+
+  // Backs slots of a region: maps each assignment (sorted by head) — the whole chunk in one call where the
+  // page is all of it — then enables access once per run of consecutive slots. On a failure nothing mapped
+  // here stays accessible: each page is unmapped and pooled, or, where even the unmap fails, kept in the
+  // page table without access so that no block is handed out over it.
+  Result<void> map_pages(Region& region, std::span<const Assignment> assignments);
+  // Gives access to the pages of `touched` that an earlier failure left mapped without it.
+  Result<void> restore_access(Region& region, SlotRange touched);
+  // Takes idle pages back into the pool: first the proof (a synchronize of every stream their blocks were
+  // freed on), then one unmap each, in order, until one fails. Answers the granules taken; each page taken
+  // is appended to `taken` where given.
+  struct Unmapped {
+    std::size_t granules = 0;
+    Result<void> failure;
+    bool proven = true;  // false: the proof failed, nothing was unmapped
+  };
+  Unmapped unmap_idle(std::span<const IdlePage> idle, std::vector<Page>* taken);
+
+  // A shared block's mappings, in order (the slivers' granules with map_part), then access over its whole
+  // range. On a failure what was mapped stays mapped (marked so) for take_apart to undo.
+  Result<void> map_shared(SharedBlock& shared);
+  // Unmaps what a shared block maps, pooling its own pages (not the lent granules); false when an unmap
+  // failed (what was done stays done).
+  bool unmap_shared(SharedBlock& shared);
+
+  // Stream order.
+  Result<EventId> record_event(StreamId stream);
+  // A destroy that fails is tried again at the next retry_stale_events(): never leaked.
+  void destroy_event(EventId event);
+  void retry_stale_events();
+  bool has_stale_events() const noexcept { return !stale_events_.empty(); }
+  Result<bool> query_event(EventId event) { return driver_.query_event(event); }
+  Result<void> wait_event(EventId event) { return driver_.synchronize_event(event); }
+
+  // Teardown, when the allocator goes: observers are not told (they may be gone already).
+  // Proof that the device finished all work: a device-wide synchronize, failing that each stream and event.
+  bool prove_idle(std::span<const StreamId> streams, std::span<const EventId> events);
+  void unmap_all(Region& region);
+  void unmap_all(SharedBlock& shared);
+  void release_all_pooled();
+  void destroy_events(std::span<const EventId> events);
+
+ private:
+  Result<void> map(Address at, const Page& page, bool sliver);
+
+  Driver& driver_;
+  Observers& observers_;
+  Bytes granule_;
+  Bytes held_ = 0;
+  PagePool pool_;
+  std::vector<EventId> stale_events_;  // events whose destroy failed
+};
+
+}  // namespace tessera::core

@@ -1,0 +1,73 @@
+// Pages going back: taken from idle cached blocks into the pool (reclaim), and chunks given back to the
+// device (empty_cache, a lowered memory fraction, garbage collection).
+//
+// A page is idle when it lies wholly inside a free block; the reclaim list holds the free blocks that may
+// hold idle pages, oldest freed first. The mapper proves the device done with them before any unmap.
+#include <algorithm>
+
+#include "core/tessera_allocator.hpp"
+
+namespace tessera::core {
+
+Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules, std::vector<Page>* taken) {
+  std::vector<IdlePage> idle;
+  std::vector<Block*> visited;
+  std::size_t found = 0;
+  for (Block& block : reclaim_list_) {
+    if (found >= granules) break;
+    const Region& region = block.arena->region_of(block);
+    const SlotRange inner = region.within_table(block.arena->inner_slots(block));
+    for (std::size_t slot = inner.first; slot < inner.end() && found < granules;) {
+      const std::uint32_t size = region.page_granules_at(slot);
+      if (size > 0 && slot + size <= inner.end()) {
+        idle.push_back({block.arena, block.region, slot, size});
+        found += size;
+        slot += size;
+      } else {
+        ++slot;
+      }
+    }
+    visited.push_back(&block);
+  }
+  // Blocks visited that have no whole page left inside them leave the reclaim list until they are freed or
+  // merged again, so that the list stays short.
+  auto drop_exhausted = [&] {
+    for (Block* block : visited) {
+      if (!block->arena->holds_whole_page(*block)) reclaim_list_.erase(reclaim_list_.iterator_to(*block));
+    }
+  };
+  if (idle.empty()) {
+    drop_exhausted();
+    return std::size_t{0};
+  }
+  Mapper::Unmapped unmapped = mapper_.unmap_idle(idle, taken);
+  if (!unmapped.proven) return std::move(unmapped.failure).error();
+  drop_exhausted();
+  if (!unmapped.failure.ok()) return std::move(unmapped.failure).error();
+  return unmapped.granules;
+}
+
+// Pooled chunks go back first; then idle pages are taken back, oldest first, until enough whole chunks
+// are idle to go back too (a chunk partly under a live block stays, its idle pages pooled for reuse).
+Result<void> TesseraAllocatorImpl::give_back_above(Bytes target) {
+  while (mapper_.held() > target) {
+    const std::size_t excess = (mapper_.held() - target + granule_ - 1) / granule_;
+    const std::size_t pooled = mapper_.pool().granules();
+    if (auto done = mapper_.release_pooled(pooled > excess ? pooled - excess : 0); !done) return done;
+    if (mapper_.held() <= target) break;
+    auto taken = reclaim((mapper_.held() - target + granule_ - 1) / granule_, nullptr);
+    if (!taken) return std::move(taken).error();
+    if (*taken == 0) return mapper_.release_pooled(0);
+  }
+  return {};
+}
+
+// PyTorch's garbage_collection_threshold: past it, idle pages go back to the device, oldest first. A
+// failure here does not fail the allocation that triggered it; the pages simply stay held.
+void TesseraAllocatorImpl::collect_garbage() {
+  if (config_.garbage_collection_threshold <= 0.0) return;
+  const auto target = static_cast<Bytes>(static_cast<double>(limit_) * config_.garbage_collection_threshold);
+  if (mapper_.held() > target) (void)give_back_above(target);
+}
+
+}  // namespace tessera::core
