@@ -41,7 +41,7 @@ struct LatencyModel {
   CallLatency& operator[](DriverCall call) { return of[static_cast<std::size_t>(call)]; }
   const CallLatency& operator[](DriverCall call) const { return of[static_cast<std::size_t>(call)]; }
 
-  // Published A100 figures (design brief, from kvcached's VMM benchmark) plus documented assumptions for
+  // Published A100 figures (kvcached's VMM benchmark) plus documented assumptions for
   // the calls it does not cover; see docs/drivers.md.
   static LatencyModel a100();
 };

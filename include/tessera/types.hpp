@@ -1,20 +1,46 @@
-// Tessera's vocabulary. Read this first.
+// Tessera's vocabulary. Read this first: the code's names follow it.
 //
-// Glossary (the same words as docs/design in the project and PyTorch's allocator where they overlap):
+// Glossary (PyTorch's words where they overlap):
 //
+// Physical memory
 //   granule      the driver's allocation granularity (2 MiB on current NVIDIA GPUs and on Ascend); every
-//                page size, reservation size and mapping address is a multiple of it.
-//   page         one physical allocation of the driver (cuMemCreate, aclrtMallocPhysical, a range of the
-//                host driver's memfd). Tessera's unit of physical memory: a whole number of granules.
+//                chunk, page, reservation and mapping address is a whole number of granules.
+//   chunk        one physical allocation of the driver: cuMemCreate, aclrtMallocPhysical, a range of the
+//                host driver's memfd. The driver's interface calls it a page (Driver::create_page, PageId),
+//                as the platforms do; the core says chunk because it maps a chunk in parts.
+//   page         what one mapping maps: a run of granules of one chunk, at an offset into it — the whole
+//                chunk where the driver cannot map parts of one. The core's unit of mapping, reclaim and
+//                reuse. A chunk goes back to the device only when all of its pages are idle.
+//   pooled       a page held from the device but mapped nowhere, ready for reuse (the page pool).
+//
+// Virtual memory
 //   reservation  a range of virtual addresses reserved once (cuMemAddressReserve, aclrtReserveMemAddress).
+//   region       one reservation of an arena, sized for the whole device, tiled by blocks.
+//   slot         one granule-sized place of a region; the page table says which page is mapped at each.
 //   mapping      one page mapped at one virtual address. Unmapped whole, never in part.
-//   block        a contiguous virtual range handed to the caller, or free in the cache.
-//   segment      a contiguous virtual range inside a reservation from which blocks are split.
-//   pool         the free blocks one request may be served from (small or large, per stream).
-//   allocated    bytes of live blocks as requested by the caller.
-//   reserved     physical bytes held from the device: mapped pages plus pages pooled unmapped for reuse.
-//   stitching    mapping pages freed in several places into one new contiguous virtual block.
+//   arena        the regions of one (stream, pool), their blocks and their page tables.
+//   frontier     a region's untouched end, where its arena grows: its last block where the arena grows up,
+//                its first where it grows down.
+//
+// Blocks
+//   block        a contiguous virtual range handed to the caller (live), freed and waiting for events
+//                (pending), or free in the cache.
+//   segment      PyTorch's word for a region, in snapshots and statistics.
+//   pool         the free blocks one request may be served from: small or large, per stream (MemoryPool).
+//   idle page    a mapped page wholly inside a free block: it can be taken back without touching live data.
+//   sliver       the free bytes at the edge of a mapped slot that a live block half uses.
+//   lent block   a block that holds a sliver's bytes at home while a shared block maps the same granule.
+//   shared block a block built over slivers, in a virtual range of its own, on the out-of-memory ladder.
+//   stitching    mapping pages taken from several idle places into one new contiguous block.
+//
+// Figures
+//   allocated    bytes of live blocks as requested by the caller (rounded: allocated_bytes).
+//   reserved     physical bytes held from the device: mapped pages plus pooled pages.
+//
+// Parts
 //   driver       the VMM primitives of one backend: cuda, ascend, host, sim (include/tessera/driver.hpp).
+//   mapper       the one part of the allocator's core that calls the driver (src/core/mapper.hpp).
+//   placement    where in its arena a block goes: best or good fit, carving and merging (src/core/placement.hpp).
 #pragma once
 
 #include <cstddef>

@@ -21,7 +21,7 @@
 //             "aclrtMemGetAllocationGranularity"): the same struct layout; handleType must be NONE,
 //             allocationType PINNED, location DEVICE; aclrtReserveMemAddress's alignment and expectPtr are
 //             reserved and must be 0 / null.
-//   [design]  docs/design: reserve flags 1 = huge pages (also what torch_npu and other VMM users pass);
+//   [usage]   reserve flags 1 = huge pages (what torch_npu and other VMM users pass);
 //             aclrtMapMem maps whole handles only; no set-access call; torch_npu synchronizes the device
 //             before unmapping.
 #include <fmt/format.h>
@@ -80,7 +80,7 @@ inline constexpr int memcpy_host_to_device = 1;              // ACL_MEMCPY_HOST_
 inline constexpr int memcpy_device_to_host = 2;              // ACL_MEMCPY_DEVICE_TO_HOST [rt.h]
 inline constexpr int event_recorded_status_complete = 1;     // ACL_EVENT_RECORDED_STATUS_COMPLETE [rt.h]
 inline constexpr int event_status_complete = 0;              // ACL_EVENT_STATUS_COMPLETE [rt.h]
-inline constexpr std::uint64_t reserve_flag_huge = 1;        // [design]
+inline constexpr std::uint64_t reserve_flag_huge = 1;        // [usage]
 
 // Function types [rt.h], [base.h]. Enum parameters are passed as int.
 using Init = Error(const char* config_path);

@@ -11,7 +11,7 @@ namespace tessera {
 
 LatencyModel LatencyModel::a100() {
   LatencyModel model;
-  // Published (design brief; kvcached's VMM benchmark on an A100).
+  // Published figures (kvcached's VMM benchmark on an A100).
   model[DriverCall::reserve] = {19.0, 0.0};       // 8 GB reservation; taken as size-independent
   model[DriverCall::create_page] = {193.0, 0.0};  // cuMemCreate of 2 MiB
   model[DriverCall::map] = {1.45, 0.0};           // per call: larger handles map as fast as small ones

@@ -1,4 +1,4 @@
-// Issue 6's stress test: 8 threads × 4 streams of random allocate / free / record_stream on one allocator,
+// The stress test: 8 threads × 4 streams of random allocate / free / record_stream on one allocator,
 // a fixed count of operations, blocks handed between threads (a tensor freed by another thread), a
 // monitor thread reading stats, snapshots and check() meanwhile. Built for ThreadSanitizer (the tsan
 // preset runs every test named *Stress*); in every build it checks the data oracle — each live block keeps

@@ -1,4 +1,4 @@
-// Issue 6's catalogue of bad inputs, one test each: the error is typed and names what is wrong, and the
+// The catalogue of bad inputs, one test each: the error is typed and names what is wrong, and the
 // allocator (or nothing, for a reader) is exactly as it was. The C ABI's cases (freeing with the wrong
 // device, an unknown TESSERA_DRIVER through the library) are in tests/capi; docs/reliability.md lists
 // them all.
