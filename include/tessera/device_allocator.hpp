@@ -2,17 +2,27 @@
 // the allocators people use today — so that the replay tool runs them side by side on the same trace
 // and the same driver.
 //
+// The public calls are non-virtual: they check their arguments once, here, and pass what is valid to the
+// protected do_ functions an allocator overrides, which may assume it (a size above 0, an address not 0).
+//
 // Stream contract (as RMM states it for its resources):
 //   - memory allocated on stream S may be used by work on S at once;
 //   - a block freed on S may be reused at once by work on S;
 //   - before another stream may use a freed block, or before its pages may be unmapped, an event recorded
 //     on S at the free (and on every stream added with record_stream) must have completed.
 // Out of memory is an answer, not a crash: allocate() returns Errc::out_of_memory after the allocator's
-// whole out-of-memory ladder failed, and the allocator is unchanged and usable afterwards.
+// whole out-of-memory ladder failed, and the allocator is usable afterwards with its live blocks, and the
+// bytes they account for, as they were. What it caches may differ: the ladder may have given cached pages
+// back, and an allocator that backs a block page by page may keep pooled the pages it obtained on the way.
+// Every other refusal changes nothing at all.
+//
+// tests/contract holds one suite of these contracts that runs for every allocator over every driver.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "tessera/driver.hpp"
 #include "tessera/result.hpp"
@@ -40,21 +50,44 @@ class DeviceAllocator {
   virtual ~DeviceAllocator() = default;
 
   virtual std::string_view name() const noexcept = 0;
-  // A block of at least `size` bytes (size > 0) for work on `stream`.
-  Result<Address> allocate(Bytes size, StreamId stream) { return do_allocate(size, stream); }
-  // Frees a block returned by allocate(); an unknown address is Errc::not_found and changes nothing.
-  Result<void> deallocate(Address block) { return do_deallocate(block); }
-  // Work on `stream` uses `block` too: its reuse by another stream waits for that work as well.
-  Result<void> record_stream(Address block, StreamId stream) { return do_record_stream(block, stream); }
+  // A block of at least `size` bytes for work on `stream`, aligned to 512 bytes. A size of 0 is
+  // Errc::invalid_argument (no allocator hands out an empty block).
+  Result<Address> allocate(Bytes size, StreamId stream) {
+    if (size == 0) [[unlikely]] return refuse(Errc::invalid_argument, "allocate of 0 bytes");
+    return do_allocate(size, stream);
+  }
+  // Frees a block returned by allocate(). An address that is not a live block of this allocator — 0, which
+  // allocate never returns, among them — is Errc::not_found and changes nothing: the same answer as a
+  // double free, since to the caller both are a pointer the allocator does not own.
+  Result<void> deallocate(Address block) {
+    if (block == 0) [[unlikely]] return refuse(Errc::not_found, "deallocate of 0x0, which is not a live block");
+    return do_deallocate(block);
+  }
+  // Work on `stream` uses `block` too: its reuse by another stream waits for that work as well. An address
+  // that is not a live block is Errc::not_found, as in deallocate.
+  Result<void> record_stream(Address block, StreamId stream) {
+    if (block == 0) [[unlikely]] return refuse(Errc::not_found, "record_stream on 0x0, which is not a live block");
+    return do_record_stream(block, stream);
+  }
   // Gives every cached, unused page back to the device.
   virtual Result<void> empty_cache() = 0;
 
   virtual AllocatorStats stats() const = 0;
 
  protected:
+  // Called with the arguments checked above: size > 0, block != 0.
   virtual Result<Address> do_allocate(Bytes size, StreamId stream) = 0;
   virtual Result<void> do_deallocate(Address block) = 0;
   virtual Result<void> do_record_stream(Address block, StreamId stream) = 0;
+
+ private:
+  // "<name>: <what>", in the style of the allocators' own errors. Out of line of the fast path.
+  [[gnu::cold, gnu::noinline]] Error refuse(Errc code, std::string_view what) const {
+    std::string message(name());
+    message += ": ";
+    message += what;
+    return make_error(code, std::move(message));
+  }
 };
 
 }  // namespace tessera

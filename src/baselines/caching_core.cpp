@@ -368,10 +368,6 @@ bool CachingCore::release_segment(std::uint32_t segment_id, bool synchronize) {
   return true;
 }
 
-Error CachingCore::zero_size_error() const {
-  return make_error(Errc::invalid_argument, fmt::format("{}: cannot allocate 0 bytes", name_));
-}
-
 Error CachingCore::out_of_memory_unroundable(Bytes size, StreamId stream) {
   stats_.num_ooms += 1;
   return make_error(Errc::out_of_memory,

@@ -150,7 +150,6 @@ class CachingCore : public DeviceAllocator {
   template <class Release>
   void release_whole_blocks(BlockPool& pool, Release&& release);
 
-  Error zero_size_error() const;
   Error out_of_memory(Bytes size, Bytes rounded, Bytes segment_size, StreamId stream);
   // A request whose rounding passes 2^64: out of memory before any step of the ladder, which could not
   // size a segment for it.

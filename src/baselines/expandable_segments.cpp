@@ -72,7 +72,6 @@ class ExpandableSegments final : public CachingCore {
 };
 
 Result<Address> ExpandableSegments::do_allocate(Bytes size, StreamId stream) {
-  if (size == 0) return zero_size_error();
   process_events();
   const std::optional<Bytes> rounded_size = round_size(size, options_.roundup_power2_divisions);
   const std::optional<Bytes> segment = rounded_size ? allocation_size(*rounded_size) : std::nullopt;

@@ -138,7 +138,6 @@ bool GMLake::should_split(const Block& block, Bytes size) const noexcept {
 }
 
 Result<Address> GMLake::do_allocate(Bytes size, StreamId stream) {
-  if (size == 0) return zero_size_error();
   device_synced_ = false;
   process_events();
   const std::optional<Bytes> rounded_size = round_request(size);
