@@ -76,7 +76,6 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
 }
 
 Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
-  if (size == 0) return make_error(Errc::invalid_argument, "tessera: allocate of 0 bytes");
   std::lock_guard lock(mutex_);
   if (size > limit_) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
