@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <string_view>
 
-#include "tessera/driver.hpp"
 #include "tessera/result.hpp"
 #include "tessera/types.hpp"
 
