@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "targets.hpp"
+#include "tessera/snapshot.hpp"
 #include "tessera/trace.hpp"
 
 namespace {

@@ -20,6 +20,7 @@
 #include "tessera/allocator.hpp"
 #include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
+#include "tessera/snapshot.hpp"
 #include "tessera/trace.hpp"
 #include "support/stream_witness.hpp"
 

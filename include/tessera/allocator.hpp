@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstddef>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,7 +15,7 @@
 #include "tessera/allocator_observer.hpp"
 #include "tessera/device_allocator.hpp"
 #include "tessera/driver.hpp"
-#include "tessera/trace.hpp"
+#include "tessera/snapshot.hpp"
 
 namespace tessera {
 
@@ -77,33 +76,6 @@ struct OptionDescription {
 };
 const std::vector<OptionDescription>& allocator_options();
 
-// Segments and blocks as PyTorch's snapshot names them: a segment is one reserved virtual region of a
-// (stream, pool); its blocks tile it.
-struct SnapshotBlock {
-  Address address = 0;
-  Bytes size = 0;
-  Bytes requested = 0;
-  enum class State : std::uint8_t { active_allocated, active_pending_free, inactive } state = State::inactive;
-  Bytes mapped_bytes = 0;  // how much of the block has physical pages under it
-  // Tessera: the block's bytes are lent to the shared block at this address (0: not lent). Such a block is
-  // shown active_allocated: a sliver of a granule that the shared block's first or last slot maps too.
-  Address lent_to = 0;
-};
-
-struct SnapshotSegment {
-  Address address = 0;
-  Bytes total_size = 0;  // virtual size of the region
-  Bytes mapped_size = 0;
-  StreamId stream{};
-  MemoryPool pool = MemoryPool::large;
-  std::vector<SnapshotBlock> blocks;
-};
-
-struct AllocatorSnapshot {
-  std::vector<SnapshotSegment> segments;
-  Bytes pooled_bytes = 0;  // pages held unmapped, ready for reuse
-};
-
 // Tessera's own statistics beside PyTorch's.
 struct TesseraStats {
   AllocatorStats common;
@@ -126,18 +98,6 @@ struct TesseraStats {
   Bytes sliver_mapped_bytes = 0;
 };
 
-// The allocation history (PyTorch's torch.cuda.memory._record_memory_history): the newest allocs and frees,
-// with the addresses they had, and the allocator's segments at the moment it was taken — what
-// write_pytorch_snapshot needs to write a file that pytorch.org/memory_viz opens.
-struct AllocationHistory {
-  // Oldest first. Blocks allocated before the window (or before recording began) are initial blocks: those
-  // freed inside the window, then those still live. Stream indices follow first use.
-  Trace trace;
-  std::vector<Address> addresses;  // addresses[id]: the address block `id` had
-  AllocatorSnapshot state;         // segments and blocks when the history was taken
-  std::size_t dropped_events = 0;  // recorded events that fell out of the ring
-};
-
 class TesseraAllocator : public DeviceAllocator {
  public:
   virtual TesseraStats tessera_stats() const = 0;
@@ -157,10 +117,6 @@ class TesseraAllocator : public DeviceAllocator {
   // The history and the state, taken together under the allocator's lock.
   virtual AllocationHistory history() const = 0;
 };
-
-// Writes history() as a PyTorch snapshot file under `device` (gzip when the path ends in ".gz").
-Result<void> write_history_snapshot(const TesseraAllocator& allocator, const std::filesystem::path& path,
-                                    int device = 0);
 
 // The allocator does not own the driver; one allocator per device. Thread-safe.
 Result<std::unique_ptr<TesseraAllocator>> make_tessera_allocator(Driver& driver, const AllocatorConfig& config = {});

@@ -8,8 +8,6 @@
 
 namespace tessera {
 
-enum class MemoryPool : std::uint8_t { small, large };
-
 struct BlockEvent {
   Address address = 0;
   Bytes size = 0;       // rounded size the block occupies

@@ -24,7 +24,6 @@
 #include <string_view>
 #include <utility>
 
-#include "tessera/driver.hpp"
 #include "tessera/result.hpp"
 #include "tessera/types.hpp"
 

@@ -175,37 +175,4 @@ struct TraceReadOptions {
 Result<Trace> read_trace(const std::filesystem::path& path, const TraceReadOptions& options = {});
 Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options = {});
 
-// ---- Writers of PyTorch snapshots (docs/trace-format.md, "Writing PyTorch snapshots"): the pickle that
-// torch.cuda.memory._dump_snapshot writes, which PyTorch's viewer (pytorch.org/memory_viz) opens and
-// read_pytorch_snapshot reads back as the same trace. Iteration markers are not written: the format has no
-// place for them.
-
-struct AllocatorSnapshot;  // tessera/allocator.hpp
-
-struct SnapshotWriteOptions {
-  // The device the snapshot files the trace under. Default: the number after the last ':' of trace.device
-  // ("cuda:1" -> 1), else 0.
-  std::optional<int> device;
-  // The allocator's segments and blocks after the replay that handed out `addresses`, written as the
-  // snapshot's segments (each cut after the last byte a block used); not owned. Null: segments are
-  // synthesized from the trace. Its allocated blocks at addresses no event touches must be exactly the
-  // initial blocks never freed, on their streams.
-  const AllocatorSnapshot* state = nullptr;
-};
-
-// `addresses[id]` is the address block `id` had (from a replay); empty: each block gets a synthesized
-// address, reused after its free as a best-fit allocator would. Errc::invalid_argument when the trace does
-// not validate(), `addresses` has not block_count entries, two live blocks share an address, or the state
-// disagrees with the trace.
-// Read back, the trace is equal but for iteration markers when its ids and streams are in the reader's
-// order: the initial blocks freed by an event first, in the order of their frees, then the initial blocks
-// never freed, then the others in the order of their allocs; streams in order of first use (traces read
-// from snapshots are in that order). Otherwise it is equal but for that numbering; with a state, the
-// never-freed initial blocks come in the state's order.
-Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vector<Address>& addresses = {},
-                                            const SnapshotWriteOptions& options = {});
-// Gzip-compressed when the path ends in ".gz" (Tessera reads it as it is; MemoryViz needs it inflated).
-Result<void> write_pytorch_snapshot(const Trace& trace, const std::vector<Address>& addresses,
-                                    const std::filesystem::path& path, const SnapshotWriteOptions& options = {});
-
 }  // namespace tessera

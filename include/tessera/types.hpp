@@ -68,6 +68,9 @@ enum class StreamId : std::uintptr_t {};
 
 inline constexpr StreamId default_stream{0};
 
+// The pools of an allocator (per stream): requests of at most AllocatorConfig::small_max bytes, and the others.
+enum class MemoryPool : std::uint8_t { small, large };
+
 constexpr bool is_power_of_two(Bytes value) noexcept { return value != 0 && (value & (value - 1)) == 0; }
 
 // Round up to a multiple of a power-of-two alignment.

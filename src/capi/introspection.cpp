@@ -239,7 +239,7 @@ int tessera_dump_snapshot(const char* path, int device) {
                                  path, device));
       return -1;
     }
-    auto written = write_history_snapshot(*found->allocator, path, device);
+    auto written = write_history_snapshot(found->allocator->history(), path, device);
     if (!written) {
       set_last_error(fmt::format("tessera_dump_snapshot({}): {}", path, describe(written.error())));
       return -1;

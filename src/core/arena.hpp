@@ -13,7 +13,6 @@
 
 #include "core/block.hpp"
 #include "core/region.hpp"
-#include "tessera/allocator_observer.hpp"  // MemoryPool
 #include "tessera/types.hpp"
 
 namespace tessera::core {

@@ -113,15 +113,3 @@ AllocationHistory HistoryRecorder::build(AllocatorSnapshot state) const {
 }
 
 }  // namespace tessera::core
-
-namespace tessera {
-
-Result<void> write_history_snapshot(const TesseraAllocator& allocator, const std::filesystem::path& path, int device) {
-  const AllocationHistory history = allocator.history();
-  SnapshotWriteOptions options;
-  options.device = device;
-  options.state = &history.state;
-  return write_pytorch_snapshot(history.trace, history.addresses, path, options);
-}
-
-}  // namespace tessera

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "tessera/allocator.hpp"
+#include "tessera/snapshot.hpp"
 #include "tessera/trace.hpp"
 #include "trace/gzip_file.hpp"
 #include "trace/pickle_writer.hpp"
@@ -542,6 +542,13 @@ Result<void> write_pytorch_snapshot(const Trace& trace, const std::vector<Addres
   if (!pickle) return std::move(pickle).error();
   if (path.extension() == ".gz") return trace_detail::write_file_bytes(path, trace_detail::gzip(*pickle));
   return trace_detail::write_file_bytes(path, *pickle);
+}
+
+Result<void> write_history_snapshot(const AllocationHistory& history, const std::filesystem::path& path, int device) {
+  SnapshotWriteOptions options;
+  options.device = device;
+  options.state = &history.state;
+  return write_pytorch_snapshot(history.trace, history.addresses, path, options);
 }
 
 }  // namespace tessera

@@ -114,7 +114,7 @@ TEST_F(HistoryTest, TheSnapshotFileReadsBackAsTheSameTrace) {
   }
   free(old_block);
   const auto path = std::filesystem::path(::testing::TempDir()) / "tessera_history_snapshot.pickle";
-  ASSERT_TRUE(write_history_snapshot(*allocator_, path, 3));
+  ASSERT_TRUE(write_history_snapshot(allocator_->history(), path, 3));
   const AllocationHistory history = allocator_->history();
   auto read = read_pytorch_snapshot(path);
   ASSERT_TRUE(read) << describe(read.error());

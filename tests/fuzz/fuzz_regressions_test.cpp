@@ -15,6 +15,7 @@
 
 #include "targets.hpp"
 #include "tessera/allocator.hpp"
+#include "tessera/snapshot.hpp"
 #include "tessera/trace.hpp"
 #include "trace/gzip_file.hpp"
 

@@ -16,6 +16,7 @@
 
 #include "tessera/allocator.hpp"
 #include "tessera/drivers.hpp"
+#include "tessera/snapshot.hpp"
 #include "tessera/trace.hpp"
 #include "support/must.hpp"
 #include "trace/gzip_file.hpp"
