@@ -163,8 +163,9 @@ int main(int argc, char** argv) {
     // Up to 2^50 bytes: a page size no driver reaches, and far from overflowing a reservation's arithmetic.
     const tessera::support::ParsedSize size = tessera::support::parse_size(part);
     if (!size || size.bytes == 0 || size.bytes > Bytes{1} << 50) {
-      fmt::print(stderr, "tessera-driver-latency: --sizes: bad size '{}' (expected a positive size up to 1024TiB: {})\n",
-                 part, tessera::support::size_syntax);
+      fmt::print(stderr,
+                 "tessera-driver-latency: --sizes: bad size '{}' (expected a positive size up to 1024TiB: {})\n", part,
+                 tessera::support::size_syntax);
       return exit_usage;
     }
     sizes.push_back(size.bytes);

@@ -121,8 +121,8 @@ Result<std::optional<Bytes>> capacity_from_environment(std::string_view driver, 
                               "capacity for each of the {} pools (small, large) of every stream, and one stream's "
                               "reservations may take half of a process's {} (2^47 bytes, x86-64); at most {} with "
                               "virtual_factor {} (TESSERA_ALLOC_CONF; a smaller one allows more)",
-                              virtual_factor, pools_per_stream, support::format_size(user_address_space), support::format_size(limit),
-                              virtual_factor));
+                              virtual_factor, pools_per_stream, support::format_size(user_address_space),
+                              support::format_size(limit), virtual_factor));
   }
   const Bytes capacity = parsed.bytes;
   if (capacity < granule) {
@@ -134,7 +134,8 @@ Result<std::optional<Bytes>> capacity_from_environment(std::string_view driver, 
     const Bytes below = capacity / granule * granule;
     return refuse(fmt::format("not a whole number of granules: the {} driver maps memory in granules of {}; such "
                               "as {} or {}",
-                              driver, support::format_size(granule), support::format_size(below), support::format_size(below + granule)));
+                              driver, support::format_size(granule), support::format_size(below),
+                              support::format_size(below + granule)));
   }
   return std::optional<Bytes>{capacity};
 }

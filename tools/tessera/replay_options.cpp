@@ -24,9 +24,12 @@ void add_replay_arguments(CLI::App& app, ReplayArguments& arguments) {
                  fmt::format("The driver's granule in bytes (or with a unit), a power of two of at least {}",
                              support::format_size(min_replay_granularity)))
       ->capture_default_str();
+  std::vector<std::string_view> keys;
+  for (const OptionDescription& option : allocator_options()) keys.push_back(option.key);
   app.add_option("--conf", arguments.conf,
-                 "Tessera's configuration, key:value,... as TESSERA_ALLOC_CONF (default: "
-                 "that variable)");
+                 fmt::format("Tessera's configuration, key:value,... as TESSERA_ALLOC_CONF (default: that variable); "
+                             "keys: {} (docs/allocator.md)",
+                             fmt::join(keys, ", ")));
   app.add_option("--jobs,-j", arguments.jobs, jobs_help)->capture_default_str();
 }
 
