@@ -16,7 +16,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -29,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "support/sizes.hpp"
 #include "tessera/drivers.hpp"
 
 namespace {
@@ -44,27 +44,7 @@ constexpr std::array<DriverCall, 7> cycle = {
     DriverCall::reserve, DriverCall::create_page,  DriverCall::map,
     DriverCall::set_access, DriverCall::unmap, DriverCall::release_page, DriverCall::release_reservation};
 
-std::string size_text(Bytes size) {
-  if (size % tessera::GiB == 0) return fmt::format("{}GiB", size / tessera::GiB);
-  if (size % tessera::MiB == 0) return fmt::format("{}MiB", size / tessera::MiB);
-  if (size % tessera::KiB == 0) return fmt::format("{}KiB", size / tessera::KiB);
-  return fmt::format("{}B", size);
-}
-
-// "2MiB" -> 2 << 20. Whole numbers with a binary unit: B, KiB, MiB, GiB (K, M, G are accepted as the same).
-std::optional<Bytes> parse_size(std::string_view text) {
-  Bytes number = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
-  if (error != std::errc{} || end == text.data()) return std::nullopt;
-  const std::string_view unit(end, static_cast<std::size_t>(text.data() + text.size() - end));
-  Bytes scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  if (unit == "KiB" || unit == "K") scale = tessera::KiB;
-  if (unit == "MiB" || unit == "M") scale = tessera::MiB;
-  if (unit == "GiB" || unit == "G") scale = tessera::GiB;
-  if (scale == 0 || number == 0 || number > (Bytes{1} << 50) / scale) return std::nullopt;
-  return number * scale;
-}
+std::string size_text(Bytes size) { return tessera::support::format_size(size); }
 
 struct Figures {
   DriverCall call;
@@ -115,21 +95,6 @@ tessera::Result<void> run_cycle(tessera::Driver& driver, Bytes size, bool record
   if (auto done = timed([&] { return driver.release_page(*page); }); !done) return done;
   if (auto done = timed([&] { return driver.release_reservation(*base); }); !done) return done;
   return {};
-}
-
-tessera::Result<std::unique_ptr<tessera::Driver>> make(const std::string& name, int device,
-                                                       const std::string& library) {
-  if (name == "cuda") {
-    tessera::CudaDriverOptions options{.device = device};
-    if (!library.empty()) options.library = library;
-    return tessera::make_cuda_driver(options);
-  }
-  if (name == "ascend") {
-    tessera::AscendDriverOptions options{.device = device};
-    if (!library.empty()) options.library = library;
-    return tessera::make_ascend_driver(options);
-  }
-  return tessera::make_driver(name);
 }
 
 std::string json_report(const tessera::Driver& driver, int iterations, int warmup,
@@ -195,18 +160,18 @@ int main(int argc, char** argv) {
   }
   std::vector<Bytes> sizes;
   for (const std::string& part : CLI::detail::split(sizes_text, ',')) {
-    auto size = parse_size(CLI::detail::trim_copy(part));
-    if (!size) {
+    // Up to 2^50 bytes: a page size no driver reaches, and far from overflowing a reservation's arithmetic.
+    const tessera::support::ParsedSize size = tessera::support::parse_size(part);
+    if (!size || size.bytes == 0 || size.bytes > Bytes{1} << 50) {
       fmt::print(stderr,
-                 "tessera-driver-latency: --sizes: bad size '{}' (expected a whole positive number with B, KiB, "
-                 "MiB or GiB, e.g. 2MiB)\n",
-                 part);
+                 "tessera-driver-latency: --sizes: bad size '{}' (expected a positive size up to 1024TiB: {})\n", part,
+                 tessera::support::size_syntax);
       return exit_usage;
     }
-    sizes.push_back(*size);
+    sizes.push_back(size.bytes);
   }
 
-  auto made = make(driver_name, device, library);
+  auto made = tessera::make_driver(driver_name, {.device = device, .library = library});
   if (!made) {
     fmt::print(stderr, "tessera-driver-latency: {}\n", tessera::describe(made.error()));
     return exit_failed;

@@ -61,17 +61,23 @@ struct AllocatorConfig {
   bool operator==(const AllocatorConfig&) const = default;
 };
 
+// One table of keys (src/core/option_table.cpp) gives each key its type, range, default and meaning; the
+// parser, check_allocator_config and allocator_options() all read it.
+//
 // Parses `key:value,key:value`. An unknown key, a repeated key, or a bad or out-of-range value is an
 // Errc::invalid_argument error that names the key.
 Result<AllocatorConfig> parse_allocator_config(std::string_view text);
-// Checks a configuration built in code (make_tessera_allocator calls it).
+// Checks a configuration built in code against the same ranges (make_tessera_allocator calls it); a size
+// field may be any number of bytes inside its key's range. The error names the field and its key.
 Result<void> check_allocator_config(const AllocatorConfig& config);
 // Reads TESSERA_ALLOC_CONF (defaults when unset).
 Result<AllocatorConfig> allocator_config_from_environment();
 
+// One key of the configuration string, as docs/allocator.md's table lists it.
 struct OptionDescription {
   std::string_view key;
-  std::string_view default_value;
+  std::string type;           // the type and range in words: "a whole number of KiB from 4 to 65536"
+  std::string default_value;  // AllocatorConfig{}'s value, as the string writes it
   std::string_view meaning;
 };
 const std::vector<OptionDescription>& allocator_options();

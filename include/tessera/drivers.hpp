@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,9 +86,20 @@ struct AscendDriverOptions {
 
 Result<std::unique_ptr<Driver>> make_ascend_driver(const AscendDriverOptions& options = {});
 
-// By name, with default options: "host", "sim", "cuda", "ascend". An unknown name is an
-// Errc::invalid_argument error that lists the known ones.
-Result<std::unique_ptr<Driver>> make_driver(std::string_view name);
+// What a caller that chooses a driver by name (the C ABI, the demo, the benchmarks, tessera-driver-latency)
+// may set. Each driver reads the options it has and ignores the others; an empty one keeps the driver's
+// own default.
+struct DriverOptions {
+  std::optional<Bytes> capacity = std::nullopt;     // host, sim: the device's size
+  std::optional<Bytes> granularity = std::nullopt;  // host, sim
+  bool require_set_access = false;   // host: a fresh mapping is inaccessible until set_access, as on CUDA
+  int device = 0;                    // cuda, ascend: the device ordinal
+  std::string library = {};          // cuda, ascend: the platform library (empty: libcuda.so.1, libascendcl.so)
+};
+
+// By name: "host", "sim", "cuda", "ascend". An unknown name is an Errc::invalid_argument error that lists the
+// known ones.
+Result<std::unique_ptr<Driver>> make_driver(std::string_view name, const DriverOptions& options = {});
 std::vector<std::string_view> driver_names();
 
 }  // namespace tessera

@@ -10,6 +10,7 @@
 
 #include "baselines/caching_core.hpp"
 #include "baselines/models.hpp"
+#include "support/key_values.hpp"
 #include "tessera/baselines.hpp"
 
 namespace tessera {
@@ -67,12 +68,6 @@ Result<std::unique_ptr<DeviceAllocator>> checked(std::string_view model, Driver&
   return make(driver, options);
 }
 
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
-  return text;
-}
-
 Error bad_conf(std::string_view key, std::string_view value, std::string_view why) {
   return make_error(Errc::invalid_argument, fmt::format("allocator configuration: {}:{} {}", key, value, why));
 }
@@ -104,15 +99,13 @@ Result<std::unique_ptr<DeviceAllocator>> make_baseline(std::string_view name, Dr
 
 Result<ParsedAllocConf> parse_pytorch_alloc_conf(std::string_view conf) {
   ParsedAllocConf parsed;
-  while (!trim(conf).empty()) {
-    const std::size_t comma = conf.find(',');
-    const std::string_view item = trim(conf.substr(0, comma));
-    conf = comma == std::string_view::npos ? std::string_view{} : conf.substr(comma + 1);
-    const std::size_t colon = item.find(':');
-    if (colon == std::string_view::npos) return bad_conf(item, "", "has no value (expected key:value)");
-    const std::string_view key = trim(item.substr(0, colon));
-    const std::string_view value = trim(item.substr(colon + 1));
-
+  auto entries = support::split_key_values(conf);
+  if (!entries) {
+    return make_error(Errc::invalid_argument, "allocator configuration: " + entries.error().message);
+  }
+  for (const support::KeyValue& entry : *entries) {
+    const std::string_view key = entry.key;
+    const std::string_view value = entry.value;
     auto as_unsigned = [&](std::size_t& out) {
       const auto [end, code] = std::from_chars(value.data(), value.data() + value.size(), out);
       return code == std::errc{} && end == value.data() + value.size();

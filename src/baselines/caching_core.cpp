@@ -1,10 +1,11 @@
 #include "baselines/caching_core.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 
 #include <fmt/format.h>
+
+#include "support/power2_divisions.hpp"
 
 namespace tessera::baselines {
 
@@ -19,12 +20,7 @@ std::optional<Bytes> round_up_checked(Bytes value, Bytes multiple) noexcept {
 std::optional<Bytes> round_size(Bytes size, std::size_t divisions) noexcept {
   if (size < kMinBlockSize) return kMinBlockSize;
   if (divisions > 1 && size > kMinBlockSize * divisions) {
-    // roundup_power2_next_division: the next of `divisions` equal steps between two powers of two.
-    if (std::has_single_bit(size)) return size;
-    const Bytes floor = std::bit_floor(size);
-    const Bytes step = floor >> std::countr_zero(divisions);  // divisions is a power of two
-    if (step == 0) return floor == Bytes{1} << 63 ? std::nullopt : std::optional<Bytes>(floor << 1);
-    return round_up_checked(size, step);
+    return support::round_up_to_power2_division(size, divisions);  // divisions is a power of two
   }
   return round_up_checked(size, kMinBlockSize);
 }
@@ -229,12 +225,13 @@ Result<void> CachingCore::insert_events(BlockId id) {
 }
 
 Result<void> CachingCore::do_deallocate(Address address) {
-  const BlockId id = live_.find(address);
-  if (id == no_block) {
+  const BlockId* found = live_.find(address);
+  if (found == nullptr) {
     return make_error(
         Errc::not_found,
         fmt::format("{}: deallocate of {:#x}, which is not a live block of this allocator", name_, address));
   }
+  const BlockId id = *found;  // read before insert_events: the table owns the pointer
   if (!blocks_[id].stream_uses.empty()) {
     auto inserted = insert_events(id);
     if (!inserted) return std::move(inserted).error();
@@ -254,13 +251,13 @@ void CachingCore::complete_free(BlockId id, bool direct) {
 }
 
 Result<void> CachingCore::do_record_stream(Address address, StreamId stream) {
-  const BlockId id = live_.find(address);
-  if (id == no_block) {
+  const BlockId* found = live_.find(address);
+  if (found == nullptr) {
     return make_error(
         Errc::not_found,
         fmt::format("{}: record_stream on {:#x}, which is not a live block of this allocator", name_, address));
   }
-  Block& block = blocks_[id];
+  Block& block = blocks_[*found];
   if (stream == block.stream) return {};  // uses on the allocation stream need no event
   if (std::find(block.stream_uses.begin(), block.stream_uses.end(), stream) == block.stream_uses.end()) {
     block.stream_uses.push_back(stream);

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "baselines/address_map.hpp"
 #include "baselines/blocks.hpp"
 #include "baselines/device_memory.hpp"
 #include "baselines/node_recycler.hpp"
+#include "support/address_table.hpp"
 #include "tessera/baselines.hpp"
 
 namespace tessera::baselines {
@@ -167,7 +167,7 @@ class CachingCore : public DeviceAllocator {
   BlockStore blocks_;
   BlockPool small_{true, &node_pool_};
   BlockPool large_{false, &node_pool_};
-  AddressMap live_;  // allocated blocks by address
+  support::AddressTable<BlockId> live_;  // allocated blocks by address
   AllocatorStats stats_;
 
  private:

@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 
 #include "capi/last_error.hpp"
 #include "driver/fork_guard.hpp"
+#include "support/sizes.hpp"
 #include "tessera/drivers.hpp"
 
 namespace tessera::capi {
@@ -91,16 +91,6 @@ Result<AllocatorConfig> resolve_config() {
   return allocator_config_from_environment();
 }
 
-// A size as TESSERA_CAPACITY takes it: in the largest unit that divides it ("16TiB", "2MiB", "4097").
-std::string size_text(Bytes bytes) {
-  constexpr std::array<std::pair<std::string_view, Bytes>, 4> units{
-      {{"TiB", GiB * 1024}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}}};
-  for (const auto& [name, size] : units) {
-    if (bytes != 0 && bytes % size == 0) return fmt::format("{}{}", bytes / size, name);
-  }
-  return std::to_string(bytes);
-}
-
 // x86-64 gives a process 2^47 bytes of user address space (CUDA's unified addresses share it; the sim driver
 // is held to the same). The allocator reserves virtual_factor x the capacity for each pool, small and large, of
 // every stream (its region span): one stream's two reservations may take half of that space, leaving the rest
@@ -121,71 +111,50 @@ Result<std::optional<Bytes>> capacity_from_environment(std::string_view driver, 
   auto refuse = [&](std::string_view why) {
     return make_error(Errc::invalid_argument, fmt::format("TESSERA_CAPACITY: bad value '{}': {}", *text, why));
   };
-  std::uint64_t number = 0;
-  const char* end = text->data() + text->size();
-  auto [stop, failure] = std::from_chars(text->data(), end, number);
-  const std::string_view unit(stop, static_cast<std::size_t>(end - stop));
-  constexpr std::array<std::pair<std::string_view, Bytes>, 5> units{
-      {{"", 1}, {"KiB", KiB}, {"MiB", MiB}, {"GiB", GiB}, {"TiB", GiB * 1024}}};
-  const auto* match = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == unit; });
-  const bool digits = failure == std::errc{} || failure == std::errc::result_out_of_range;
-  if (!digits || match == units.end() || (failure == std::errc{} && number == 0)) {
-    return refuse("expected a positive number of bytes with an optional unit KiB, MiB, GiB or TiB, such as 8GiB");
+  const support::ParsedSize parsed = support::parse_size(*text);
+  if (parsed.problem == support::ParsedSize::Problem::not_a_size || (parsed && parsed.bytes == 0)) {
+    return refuse(fmt::format("expected a positive size: {}", support::size_syntax));
   }
   const Bytes limit = largest_capacity(granule, virtual_factor);
-  if (failure == std::errc::result_out_of_range || number > limit / match->second) {
+  if (!parsed || parsed.bytes > limit) {
     return refuse(fmt::format("too large for the address space: the allocator reserves virtual_factor ({}) x the "
                               "capacity for each of the {} pools (small, large) of every stream, and one stream's "
                               "reservations may take half of a process's {} (2^47 bytes, x86-64); at most {} with "
                               "virtual_factor {} (TESSERA_ALLOC_CONF; a smaller one allows more)",
-                              virtual_factor, pools_per_stream, size_text(user_address_space), size_text(limit),
-                              virtual_factor));
+                              virtual_factor, pools_per_stream, support::format_size(user_address_space),
+                              support::format_size(limit), virtual_factor));
   }
-  const Bytes capacity = number * match->second;
+  const Bytes capacity = parsed.bytes;
   if (capacity < granule) {
     return refuse(fmt::format("below one granule: the {} driver maps memory in granules of {}, and the capacity is "
                               "a whole number of them, such as {}",
-                              driver, size_text(granule), size_text(granule)));
+                              driver, support::format_size(granule), support::format_size(granule)));
   }
   if (capacity % granule != 0) {
     const Bytes below = capacity / granule * granule;
     return refuse(fmt::format("not a whole number of granules: the {} driver maps memory in granules of {}; such "
                               "as {} or {}",
-                              driver, size_text(granule), size_text(below), size_text(below + granule)));
+                              driver, support::format_size(granule), support::format_size(below),
+                              support::format_size(below + granule)));
   }
   return std::optional<Bytes>{capacity};
 }
 
+// TESSERA_CAPACITY sizes the host and sim drivers only (a real device has its own size), checked against
+// their granule; the library variables choose the platform library of cuda and ascend.
 Result<std::unique_ptr<Driver>> make_device_driver(const std::string& name, int index, const AllocatorConfig& config) {
+  DriverOptions options{.device = index};
   if (name == "cuda") {
-    CudaDriverOptions options;
-    options.device = index;
     if (auto library = environment("TESSERA_CUDA_LIBRARY")) options.library = *library;
-    return make_cuda_driver(options);
-  }
-  if (name == "ascend") {
-    AscendDriverOptions options;
-    options.device = index;
+  } else if (name == "ascend") {
     if (auto library = environment("TESSERA_ASCEND_LIBRARY")) options.library = *library;
-    return make_ascend_driver(options);
-  }
-  if (name == "host") {
-    HostDriverOptions options;
-    auto capacity = capacity_from_environment(name, options.granularity, config.virtual_factor);
+  } else if (name == "host" || name == "sim") {
+    const Bytes granule = name == "host" ? HostDriverOptions{}.granularity : SimDriverOptions{}.granularity;
+    auto capacity = capacity_from_environment(name, granule, config.virtual_factor);
     if (!capacity) return std::move(capacity).error();
-    if (*capacity) options.capacity = **capacity;
-    return make_host_driver(options);
+    options.capacity = *capacity;
   }
-  if (name == "sim") {
-    SimDriverOptions options;
-    auto capacity = capacity_from_environment(name, options.granularity, config.virtual_factor);
-    if (!capacity) return std::move(capacity).error();
-    if (*capacity) options.capacity = **capacity;
-    auto sim = make_sim_driver(options);
-    if (!sim) return std::move(sim).error();
-    return std::move(sim->driver);
-  }
-  return unknown_driver("driver", name);
+  return make_driver(name, options);
 }
 
 Result<Device*> create_device(int index, Platform platform) {

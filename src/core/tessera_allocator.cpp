@@ -23,6 +23,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "support/power2_divisions.hpp"
+
 namespace tessera {
 
 namespace core {
@@ -30,15 +32,6 @@ namespace core {
 namespace {
 
 constexpr Bytes minimum_block = 512;
-
-Bytes round_to_divisions(Bytes size, unsigned divisions) {
-  if (is_power_of_two(size)) return size;
-  const Bytes floor = Bytes{1} << (63 - __builtin_clzll(size));
-  const Bytes step = floor / divisions;
-  if (step == 0) return floor << 1;
-  const Bytes rounded_down = size & ~(step - 1);
-  return rounded_down == size ? size : rounded_down + step;
-}
 
 }  // namespace
 
@@ -202,7 +195,7 @@ void TesseraAllocatorImpl::add_observer(AllocatorObserver& observer) {
 Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
   if (size < minimum_block) return minimum_block;
   const unsigned divisions = config_.roundup_power2_divisions;
-  if (divisions > 1 && size > minimum_block * divisions) return round_to_divisions(size, divisions);
+  if (divisions > 1 && size > minimum_block * divisions) return *support::round_up_to_power2_division(size, divisions);  // size <= limit_: no overflow
   return align_up(size, minimum_block);
 }
 

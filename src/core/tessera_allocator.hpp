@@ -15,13 +15,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/address_table.hpp"
 #include "core/mapper.hpp"
 #include "core/observers.hpp"
 #include "core/placement.hpp"
 #include "core/shared_block.hpp"
 #include "core/spin_mutex.hpp"
 #include "driver/fork_guard.hpp"
+#include "support/address_table.hpp"
 #include "tessera/allocator.hpp"
 
 namespace tessera::core {
@@ -175,7 +175,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   std::map<ArenaKey, Placement*> placement_by_key_;
   ArenaKey last_key_{};
   Placement* last_placement_ = nullptr;
-  AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
+  support::AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
   std::unordered_map<const Block*, std::vector<StreamId>> extra_streams_;
   std::vector<Pending> pending_;
   std::vector<std::unique_ptr<SharedBlock>> shared_;

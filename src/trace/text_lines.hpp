@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "support/text.hpp"
+
 namespace tessera::trace_detail {
 
 // Walks the lines of a text, numbering them from 1. Lines end at '\n'; a '\r' before it is dropped.
@@ -36,12 +38,7 @@ class LineScanner {
   bool terminated_ = true;
 };
 
-inline std::string_view trim(std::string_view text) {
-  const std::size_t begin = text.find_first_not_of(" \t");
-  if (begin == std::string_view::npos) return {};
-  const std::size_t end = text.find_last_not_of(" \t");
-  return text.substr(begin, end - begin + 1);
-}
+using support::trim;
 
 // Splits on runs of spaces and tabs into at most `capacity` fields; returns how many there were in all,
 // which is more than `capacity` when some did not fit.

@@ -4,9 +4,9 @@
 #include <random>
 #include <unordered_map>
 
-#include "core/address_table.hpp"
+#include "support/address_table.hpp"
 
-namespace tessera::core {
+namespace tessera::support {
 namespace {
 
 // The key that marks an empty slot is never found, even while empty slots are everywhere.
@@ -55,4 +55,4 @@ TEST(AddressTable, AgreesWithAStandardMapThroughRandomInsertsAndErases) {
 }
 
 }  // namespace
-}  // namespace tessera::core
+}  // namespace tessera::support

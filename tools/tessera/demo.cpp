@@ -33,20 +33,10 @@ std::vector<unsigned char> pattern(Bytes size, unsigned char seed) {
   return bytes;
 }
 
-Result<std::unique_ptr<Driver>> make_demo_driver(const std::string& name) {
-  if (name == "host") return make_host_driver({.capacity = 64 * MiB});
-  if (name == "sim") {
-    auto sim = make_sim_driver({.capacity = 64 * MiB});
-    if (!sim) return std::move(sim).error();
-    return std::move(sim->driver);
-  }
-  return make_driver(name);
-}
-
 }  // namespace
 
 int run_stitching_demo(const std::string& driver_name) {
-  auto made = make_demo_driver(driver_name);
+  auto made = make_driver(driver_name, {.capacity = 64 * MiB});  // a real device keeps its own size
   if (!made) {
     std::fprintf(stderr, "tessera demo: %s\n", describe(made.error()).c_str());
     return 1;

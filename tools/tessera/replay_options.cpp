@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "sizes.hpp"
+#include "support/sizes.hpp"
 #include "tessera/allocator.hpp"
 #include "usage_error.hpp"
 
@@ -21,11 +22,14 @@ void add_replay_arguments(CLI::App& app, ReplayArguments& arguments) {
   app.add_option("--capacity", arguments.capacity, "Device capacity, e.g. 80GiB (default: unlimited)");
   app.add_option("--granule", arguments.granule,
                  fmt::format("The driver's granule in bytes (or with a unit), a power of two of at least {}",
-                             format_size_argument(min_replay_granularity)))
+                             support::format_size(min_replay_granularity)))
       ->capture_default_str();
+  std::vector<std::string_view> keys;
+  for (const OptionDescription& option : allocator_options()) keys.push_back(option.key);
   app.add_option("--conf", arguments.conf,
-                 "Tessera's configuration, key:value,... as TESSERA_ALLOC_CONF (default: "
-                 "that variable)");
+                 fmt::format("Tessera's configuration, key:value,... as TESSERA_ALLOC_CONF (default: that variable); "
+                             "keys: {} (docs/allocator.md)",
+                             fmt::join(keys, ", ")));
   app.add_option("--jobs,-j", arguments.jobs, jobs_help)->capture_default_str();
 }
 

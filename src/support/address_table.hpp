@@ -1,5 +1,7 @@
 // Live blocks by address: an open-addressing hash table (linear probing, deletion by backward shift), so
 // that allocate and free find and record a block without a host allocation. Grows at 50% load. Fibonacci hashing.
+// Tessera's allocator and the PyTorch models keep their live blocks in it. Keys are block addresses: 512-byte
+// aligned, never ~0 (the marker of an empty slot).
 #pragma once
 
 #include <cstdint>
@@ -7,7 +9,7 @@
 
 #include "tessera/types.hpp"
 
-namespace tessera::core {
+namespace tessera::support {
 
 template <class Value>
 class AddressTable {
@@ -92,4 +94,4 @@ class AddressTable {
   std::size_t count_ = 0;
 };
 
-}  // namespace tessera::core
+}  // namespace tessera::support
