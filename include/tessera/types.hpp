@@ -57,8 +57,8 @@ inline constexpr Bytes GiB = Bytes{1} << 30;
 // A device virtual address. On the host driver it is also a host pointer.
 using Address = std::uint64_t;
 
-// Opaque handles issued by a driver. Strong types so that a page can never be passed where an event is
-// expected.
+// Opaque handles issued by a driver: PageId names a chunk (the driver's word for it is page). Strong types
+// so that a chunk can never be passed where an event is expected.
 enum class PageId : std::uint64_t {};
 enum class EventId : std::uint64_t {};
 
