@@ -1,6 +1,6 @@
 // A block: a contiguous virtual range of one region, live (handed to a caller) or free in the cache.
 // Blocks of a region tile it and are linked in address order, so that a freed block merges with its
-// free neighbours in O(1). A free block also sits in its arena's free index through an intrusive hook:
+// free neighbours in O(1). A free block also sits in its placement's free index through an intrusive hook:
 // no host allocation on the fast path.
 #pragma once
 
