@@ -11,11 +11,12 @@ docs/pytorch.md is the guide, with the known limits.
 
 import ctypes
 import os
+import warnings
 from pathlib import Path
 
 import torch
 
-from tessera import _lib
+from tessera import _lib, pytorch_conf
 from tessera._lib import TesseraError
 
 __all__ = ["enable", "enabled"]
@@ -32,7 +33,10 @@ def enabled(device="cuda"):
 def enable(device="cuda", conf=None, driver=None):
     """Makes Tessera the allocator of `device` ("cuda", "npu" or "cpu") in this process.
 
-    conf: the allocator's configuration, `key:value,...` as in TESSERA_ALLOC_CONF (None: that variable).
+    conf: the allocator's configuration, `key:value,...` as in TESSERA_ALLOC_CONF (None: that variable). On cuda
+          and npu, PyTorch's variable (PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF, PYTORCH_NPU_ALLOC_CONF) counts
+          too: the keys that mean the same in Tessera are honoured, the others ignored, and a warning says once
+          which (tessera/pytorch_conf.py).
     driver: forces the driver ("cuda", "ascend", "host", "sim"; None: TESSERA_DRIVER, else the device's own).
 
     On cuda and npu it must come before PyTorch's first allocation on the device: PyTorch cannot swap an
@@ -46,6 +50,7 @@ def enable(device="cuda", conf=None, driver=None):
     configuration" (or to choose the driver); before, they apply to the allocator still to be created.
     """
     kind = _device_type(device)
+    conf = _with_pytorch_conf(kind, conf)
     if kind in _enabled:
         _enable_again(kind, conf, driver)
         return _enabled[kind]
@@ -57,6 +62,13 @@ def enable(device="cuda", conf=None, driver=None):
         allocator = _enable_cpu(conf, driver)
     _enabled[kind] = allocator
     return allocator
+
+
+def _with_pytorch_conf(kind, conf):
+    """PyTorch's allocator variable for this device: its shared keys honoured, the rest named (once)."""
+    merged, notice = pytorch_conf.merge(kind, conf)
+    pytorch_conf.tell_once(notice, lambda text: warnings.warn(text, stacklevel=4))
+    return merged
 
 
 def _device_type(device):
