@@ -1,8 +1,10 @@
 // ascend: the CANN ACL runtime's virtual memory management, loaded at run time from libascendcl.so.
 //
 // UNVERIFIED ON HARDWARE. Nothing in this project has run this backend on an Ascend NPU: it is written
-// from the published ACL declarations and documentation only, and it has been built and exercised only in
-// the cases where the library is missing. Treat its first run on a device as a test, not a deployment.
+// from the published ACL declarations and documentation only. Its code runs in the tests over a stand-in
+// libascendcl (tests/driver/fake_ascend) that serves these calls from host memory under ACL's documented
+// rules; that shows it keeps the documented contract, not that a device agrees. Treat its first run on a
+// device as a test, not a deployment.
 //
 // Where each fact comes from (no CANN header is needed to build; everything is declared below):
 //   [rt.h]    acl_rt.h of CANN's open runtime, github.com/hicann/runtime include/external/acl/acl_rt.h

@@ -1,6 +1,6 @@
-// The C ABI (include/tessera/tessera_c.h) as PyTorch uses it, over the host and sim drivers and the fake
-// libcuda: allocation and free, the failures and their messages, statistics JSON with PyTorch's keys, the
-// summary, and the snapshot file read back with tessera's own reader.
+// The C ABI (include/tessera/tessera_c.h) as PyTorch uses it, over the host and sim drivers, the fake
+// libcuda and the stand-in libascendcl: allocation and free, the failures and their messages, statistics
+// JSON with PyTorch's keys, the summary, and the snapshot file read back with tessera's own reader.
 //
 // The library chooses its driver once per process, so every test runs its body in a child process of its own
 // (gtest's death-test fork): run the binary directly or through ctest, each test starts afresh.
@@ -649,6 +649,83 @@ TEST(CApiFakeCuda, ADeviceTheDriverDoesNotHaveIsAClearError) {
     EXPECT_EQ(tessera_alloc(1000, 3, nullptr), nullptr);
     const std::string message = last_error();
     EXPECT_TRUE(contains(message, "cannot start the cuda driver for device 3")) << message;
+  });
+}
+#endif
+
+// ---- ascend driver over the stand-in libascendcl
+
+#ifdef TESSERA_FAKE_ASCEND_LIBRARY
+// The stand-in's controls and ACL calls, from the library the driver opens (dlopen gives the same handle, so
+// one state). Never closed: a control may be set before the driver loads it, and the child process ends soon.
+template <class F>
+F* fake_ascend(const char* name) {
+  void* fake = dlopen(TESSERA_FAKE_ASCEND_LIBRARY, RTLD_NOW);
+  if (fake == nullptr) throw std::runtime_error(dlerror());
+  void* found = dlsym(fake, name);
+  if (found == nullptr) throw std::runtime_error(name);
+  return reinterpret_cast<F*>(found);
+}
+
+TEST(CApiFakeAscend, TheNpuEntryPointsAllocateWriteAndFreeOnTheAscendDriver) {
+  in_fresh_process({{"TESSERA_ASCEND_LIBRARY", TESSERA_FAKE_ASCEND_LIBRARY}}, [] {
+    tessera_npu_init(1);
+    EXPECT_STREQ(tessera_last_error(), "");
+    constexpr std::size_t size = std::size_t{6} << 20;
+    void* stream = reinterpret_cast<void*>(0x1234);
+    void* block = tessera_npu_alloc(size, 0, stream);
+    ASSERT_NE(block, nullptr) << last_error();
+    EXPECT_STREQ(tessera_driver_name(), "ascend");
+    auto live = [](const char* what) { return fake_ascend<std::size_t()>(what)(); };
+    EXPECT_GT(live("fake_ascend_live_handles"), 0U) << "the pages came from aclrtMallocPhysical";
+
+    // The block is device memory, mapped whole: written and read back with aclrtMemcpy (host to device 1,
+    // device to host 2), in the context the driver made current on this thread.
+    using Memcpy = int(void*, std::size_t, const void*, std::size_t, int);
+    std::vector<unsigned char> written(size), back(size);
+    for (std::size_t i = 0; i < size; ++i) written[i] = static_cast<unsigned char>(i * 11 + 1);
+    ASSERT_EQ(fake_ascend<Memcpy>("aclrtMemcpy")(block, size, written.data(), size, 1), 0);
+    ASSERT_EQ(fake_ascend<Memcpy>("aclrtMemcpy")(back.data(), size, block, size, 2), 0);
+    EXPECT_EQ(back, written);
+
+    const tessera_memory_stats held = stats_of(0);
+    EXPECT_EQ(held.allocations, 1U);
+    EXPECT_GE(held.allocated_bytes, size);
+    EXPECT_GE(held.reserved_bytes, size);
+    EXPECT_EQ(stats_json(0)["allocation.all.current"], 1);
+    tessera_npu_record_stream(block, reinterpret_cast<void*>(0x5678));
+    tessera_npu_free(block, size, 0, stream);
+    EXPECT_STREQ(tessera_last_error(), "");
+    EXPECT_EQ(stats_of(0).allocations, 0U);
+    EXPECT_EQ(stats_of(0).frees_total, 1U);
+    tessera_npu_empty_cache(true);
+    EXPECT_EQ(stats_of(0).reserved_bytes, 0U);
+    EXPECT_EQ(live("fake_ascend_live_mappings"), 0U);
+    EXPECT_EQ(live("fake_ascend_live_handles"), 0U) << "empty_cache gave every page back with aclrtFreePhysical";
+  });
+}
+
+// The runtime's ACL_ERROR_RT_MEMORY_ALLOCATION, below the capacity the device reports, is out of memory all
+// the way up: null and a message from tessera_npu_alloc, torch_npu's message from the throwing entry point.
+TEST(CApiFakeAscend, TheRuntimesOutOfMemoryReachesTheNpuEntryPoints) {
+  in_fresh_process({{"TESSERA_ASCEND_LIBRARY", TESSERA_FAKE_ASCEND_LIBRARY}}, [] {
+    fake_ascend<void(std::size_t)>("fake_ascend_set_physical_limit")(std::size_t{8} << 20);
+    void* kept = tessera_npu_alloc(std::size_t{4} << 20, 0, nullptr);
+    ASSERT_NE(kept, nullptr) << last_error();
+    EXPECT_EQ(tessera_npu_alloc(std::size_t{16} << 20, 0, nullptr), nullptr);
+    const std::string message = last_error();
+    EXPECT_TRUE(contains(message, "tessera_npu_alloc(16777216 bytes, device 0)")) << message;
+    EXPECT_TRUE(contains(message, "out_of_memory")) << message;
+    EXPECT_EQ(stats_of(0).num_ooms, 1U);
+    try {
+      (void)tessera_torch_npu_alloc(std::size_t{16} << 20, 0, nullptr);
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& error) {
+      EXPECT_EQ(std::string(error.what()).rfind("NPU out of memory. tessera_torch_npu_alloc(16777216 bytes", 0), 0U)
+          << error.what();
+    }
+    tessera_npu_free(kept, std::size_t{4} << 20, 0, nullptr);
+    EXPECT_EQ(stats_of(0).allocations, 0U) << last_error();
   });
 }
 #endif

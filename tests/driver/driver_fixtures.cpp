@@ -19,6 +19,12 @@ std::vector<DriverFactory> available_drivers() {
                        return make_cuda_driver({.device = 0, .library = TESSERA_FAKE_CUDA_LIBRARY});
                      }});
 #endif
+#ifdef TESSERA_FAKE_ASCEND_LIBRARY
+  // The ascend driver's own code over a stand-in libascendcl that serves the ACL calls from host memory.
+  drivers.push_back({"ascend_fake", [] {
+                       return make_ascend_driver({.device = 0, .library = TESSERA_FAKE_ASCEND_LIBRARY});
+                     }});
+#endif
   // The accelerator drivers join only where their platform answers; scripts/gpu-check.sh runs them.
   if (make_cuda_driver()) drivers.push_back({"cuda", [] { return make_cuda_driver(); }});
   if (make_ascend_driver()) drivers.push_back({"ascend", [] { return make_ascend_driver(); }});

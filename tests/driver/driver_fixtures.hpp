@@ -1,5 +1,5 @@
-// The drivers the conformance suite runs on: host and sim always, cuda and ascend when their platform is
-// present on this machine.
+// The drivers the conformance suite runs on: host and sim always, the cuda and ascend drivers over their
+// stand-in libraries always, cuda and ascend themselves when their platform is present on this machine.
 #pragma once
 
 #include <functional>
