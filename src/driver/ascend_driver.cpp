@@ -7,7 +7,7 @@
 // device as a test, not a deployment.
 //
 // Where each fact comes from (no CANN header is needed to build; everything is declared below):
-//   [rt.h]    acl_rt.h of CANN's open runtime, github.com/hicann/runtime include/external/acl/acl_rt.h
+//   [rt.h]    acl_rt.h of CANN's open runtime, include/external/acl/acl_rt.h
 //             (ACL 1.17.0, commit 0bbc1964): every function type below; aclrtMemcpyKind (HOST_TO_DEVICE 1,
 //             DEVICE_TO_HOST 2); aclrtMemAttr (ACL_HBM_MEM 1, ACL_HBM_MEM_HUGE 4); aclrtMemLocationType
 //             (DEVICE 1); aclrtMemLocation {uint32_t id; type}; aclrtPhysicalMemProp {handleType,
