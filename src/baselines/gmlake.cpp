@@ -1,7 +1,7 @@
 // "gmlake": GMLake, the virtual-memory stitching allocator of glake (a patched PyTorch caching allocator).
 //
-// Whose rules: GMLake/src/CUDACachingAllocator.cpp and GMLake/include/cuda_vmm_allocator.h of
-// github.com/intelligent-machine-learning/glake (PyTorch 2.0 based), and the paper (Guo et al., "GMLake:
+// Whose rules: GMLake/src/CUDACachingAllocator.cpp and GMLake/include/cuda_vmm_allocator.h of the glake
+// project (PyTorch 2.0 based), and the paper (Guo et al., "GMLake:
 // Efficient and Transparent GPU Memory Defragmentation for Large-scale DNN Training with Virtual Memory
 // Stitching", ASPLOS 2024). Facts only, restated from those sources, with GMLake's defaults
 // (vmmDefragment=1, fragLimit=512 MiB, reuseLimit=10, defragLevel=0, autoGC=1000 GiB, reAlloc=0):
