@@ -220,7 +220,7 @@ struct TraceReadOptions {
   TraceFormat format = TraceFormat::automatic;  // automatic: by content, then by extension
   PytorchSnapshotOptions pytorch;
   // Unset: the device pytorch.device names ("cuda:N"), else the one with the most events.
-  std::optional<std::string> profile_device;
+  std::optional<std::string> profile_device = std::nullopt;
 };
 
 // Any of the formats above.
