@@ -138,10 +138,10 @@ TEST(KinetoJson, ErrorsNameTheFileAndTheEventOrByte) {
             "bad.json: traceEvents[2] ([memory]) frees 4 bytes at 0x10, where a block of 8 bytes was allocated");
   EXPECT_NE(error_of(kineto({memory(1, 0x10, 0, 8, 0)})).find("traceEvents[1] ([memory]) has Bytes 0"), std::string::npos);
   // The '}' is the 18th byte.
-  EXPECT_EQ(error_of(R"({"traceEvents": [}"), "bad.json: byte 18: not JSON: syntax error while parsing value - "
+  EXPECT_EQ(error_of("{\"traceEvents\": [}"), "bad.json: byte 18: not JSON: syntax error while parsing value - "
                                                 "unexpected '}'; expected '[', '{', or a literal");
   EXPECT_NE(error_of(kineto({})).find("has no \"[memory]\" events"), std::string::npos);
-  EXPECT_EQ(error_of(R"({"schemaVersion": 1})"), "bad.json: the top-level object has no traceEvents array");
+  EXPECT_EQ(error_of("{\"schemaVersion\": 1}"), "bad.json: the top-level object has no traceEvents array");
 }
 
 TEST(KinetoJson, ABareEventArrayAndGzipReadTheSame) {
