@@ -176,6 +176,53 @@ int run_lifetimes_csv(const std::uint8_t* data, std::size_t size) {
   return 0;
 }
 
+namespace {
+
+// A profile's recording: the trace as every reader's, and one recorded total per event where there are any.
+void check_profile_recording(std::string_view target, const ProfileRecording& recording) {
+  check_reader_trace(target, recording.trace);
+  const std::size_t events = recording.trace.events.size();
+  const RecordedTotals& recorded = recording.recorded;
+  for (const auto* totals : {&recorded.allocated_after, &recorded.reserved_after}) {
+    if (!totals->empty() && totals->size() != events) {
+      fail(target, fmt::format("{} recorded totals for {} events", totals->size(), events));
+    }
+  }
+  const auto most = [](const std::vector<std::uint64_t>& values) {
+    return values.empty() ? std::uint64_t{0} : *std::max_element(values.begin(), values.end());
+  };
+  if (most(recorded.allocated_after) != recorded.peak_allocated || most(recorded.reserved_after) != recorded.peak_reserved) {
+    fail(target, "a recorded peak is not the most of its totals");
+  }
+  if (recording.trace.device.empty()) fail(target, "a profile's trace names no device");
+}
+
+}  // namespace
+
+int run_kineto_json(const std::uint8_t* data, std::size_t size) {
+  constexpr std::string_view target = "kineto_json";
+  Result<ProfileRecording> recording = parse_kineto_recording(as_text(data, size), fuzz_source);
+  if (!recording) {
+    check_reader_error(target, recording.error());
+    return 0;
+  }
+  check_profile_recording(target, *recording);
+  if (recording->trace.events.empty()) fail(target, "a profile read without a [memory] event");
+  return 0;
+}
+
+int run_operator_memory_csv(const std::uint8_t* data, std::size_t size) {
+  constexpr std::string_view target = "operator_memory_csv";
+  Result<ProfileRecording> recording = parse_operator_memory_recording(as_text(data, size), fuzz_source);
+  if (!recording) {
+    check_reader_error(target, recording.error());
+    return 0;
+  }
+  check_profile_recording(target, *recording);
+  if (!recording->trace.initial_blocks.empty()) fail(target, "operator_memory.csv has no blocks live before it");
+  return 0;
+}
+
 int run_stalloc_trace(const std::uint8_t* data, std::size_t size) {
   constexpr std::string_view target = "stalloc_trace";
   Result<Trace> trace = parse_stalloc_trace(as_text(data, size), fuzz_source);
@@ -927,8 +974,10 @@ std::string encode_allocator_ops(const Trace& trace, std::uint8_t variant, std::
 }
 
 std::span<const Target> targets() {
-  static constexpr std::array<Target, 6> all = {{
+  static constexpr std::array<Target, 8> all = {{
       {"pytorch_snapshot", run_pytorch_snapshot},
+      {"kineto_json", run_kineto_json},
+      {"operator_memory_csv", run_operator_memory_csv},
       {"lifetimes_csv", run_lifetimes_csv},
       {"stalloc_trace", run_stalloc_trace},
       {"text_trace", run_text_trace},

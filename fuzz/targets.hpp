@@ -28,6 +28,9 @@ class Failure : public std::runtime_error {
 // source.
 int run_pytorch_snapshot(const std::uint8_t* data, std::size_t size);  // + the snapshot writer's round trip
 int run_lifetimes_csv(const std::uint8_t* data, std::size_t size);
+// The profiles: + one recorded total per event where there are any, and the peaks are their most.
+int run_kineto_json(const std::uint8_t* data, std::size_t size);
+int run_operator_memory_csv(const std::uint8_t* data, std::size_t size);
 int run_stalloc_trace(const std::uint8_t* data, std::size_t size);
 int run_text_trace(const std::uint8_t* data, std::size_t size);  // + formatted text is stable
 // parse_allocator_config: an accepted configuration makes an allocator and reads back the same from its

@@ -25,7 +25,7 @@ tessera_install_packages
 build="$TESSERA_ROOT/build-fuzz"
 seconds="${1:-20}"
 shift || true
-all_targets=(pytorch_snapshot lifetimes_csv stalloc_trace text_trace allocator_config allocator_ops)
+all_targets=(pytorch_snapshot kineto_json operator_memory_csv lifetimes_csv stalloc_trace text_trace allocator_config allocator_ops)
 targets=("$@")
 ((${#targets[@]} > 0)) || targets=("${all_targets[@]}")
 jobs="${FUZZ_JOBS:-1}"
@@ -33,7 +33,8 @@ jobs="${FUZZ_JOBS:-1}"
 # The longest input libFuzzer makes (and the most of a seed it reads): readers of whole files are fast on
 # small ones, and every structure they have fits in 16 KiB.
 seed_limit=16384
-declare -A max_len=([pytorch_snapshot]=$seed_limit [lifetimes_csv]=$seed_limit [stalloc_trace]=$seed_limit
+declare -A max_len=([pytorch_snapshot]=$seed_limit [kineto_json]=$seed_limit [operator_memory_csv]=$seed_limit
+                    [lifetimes_csv]=$seed_limit [stalloc_trace]=$seed_limit
                     [text_trace]=$seed_limit [allocator_config]=512 [allocator_ops]=2048)
 for target in "${targets[@]}"; do
   [[ -n "${max_len[$target]:-}" ]] || { echo "fuzz.sh: unknown target '$target' (${all_targets[*]})" >&2; exit 2; }
@@ -69,6 +70,9 @@ copy_small() {  # TARGET FILE...: the files of at most 16 KiB, as they are
 copy_small pytorch_snapshot "$shared"/pytorch/*.gz
 copy_small lifetimes_csv "$TESSERA_ROOT"/tests/trace/data/*.csv "$TESSERA_ROOT"/tests/cli/data/*.csv "$shared"/lifetimes/*.gz
 copy_small stalloc_trace "$TESSERA_ROOT"/tests/trace/data/stalloc*
+copy_small kineto_json "$TESSERA_ROOT"/tests/trace/data/kineto*.gz
+copy_small operator_memory_csv "$TESSERA_ROOT"/tests/trace/data/*operator_memory.csv
+head -c 16000 "$TESSERA_ROOT"/tests/trace/data/kineto_cpu.json >"$seeds/kineto_json/kineto_cpu-prefix.json"
 copy_small text_trace "$TESSERA_ROOT"/tests/trace/data/*.trace "$TESSERA_ROOT"/tests/cli/data/*.trace
 for target in pytorch_snapshot lifetimes_csv stalloc_trace text_trace; do  # gzip-compressed small ones
   for file in "$seeds/$target"/*-8.*; do

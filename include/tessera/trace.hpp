@@ -155,6 +155,48 @@ Result<Trace> parse_lifetimes_csv(std::string_view bytes, std::string_view sourc
 Result<Trace> read_stalloc_trace(const std::filesystem::path& path);
 Result<Trace> parse_stalloc_trace(std::string_view bytes, std::string_view source);
 
+// What a profile says the real allocator held while it was recorded, beside the trace: the line a replay's
+// reserved bytes are compared with. Kept apart from Trace so that the replay of a trace does not depend on it.
+struct RecordedTotals {
+  // After each trace event (trace.events.size() entries), or empty when the profile does not carry them.
+  std::vector<std::uint64_t> reserved_after;
+  std::vector<std::uint64_t> allocated_after;
+  std::uint64_t peak_reserved = 0;   // the most of reserved_after, and of the reserved bytes before the first event
+  std::uint64_t peak_allocated = 0;  // likewise of allocated_after
+};
+
+struct ProfileRecording {
+  Trace trace;
+  RecordedTotals recorded;
+};
+
+// Kineto's Chrome trace JSON (torch.profiler with profile_memory=True, export_chrome_trace): the "[memory]"
+// instant events of one device. `device` names it as Trace::device does ("cpu", "cuda:0"); default: the
+// device with the most events.
+struct KinetoTraceOptions {
+  std::optional<std::string> device;
+};
+
+Result<ProfileRecording> read_kineto_recording(const std::filesystem::path& path, const KinetoTraceOptions& options = {});
+Result<ProfileRecording> parse_kineto_recording(std::string_view bytes, std::string_view source,
+                                                const KinetoTraceOptions& options = {});
+Result<Trace> read_kineto_trace(const std::filesystem::path& path, const KinetoTraceOptions& options = {});
+Result<Trace> parse_kineto_trace(std::string_view bytes, std::string_view source, const KinetoTraceOptions& options = {});
+
+// torch_npu's profiler output operator_memory.csv: one row per tensor lifetime. `device` names the device as
+// Trace::device does ("npu:0", the Device Type column in lower case); default: the one with the most rows.
+struct OperatorMemoryOptions {
+  std::optional<std::string> device;
+};
+
+Result<ProfileRecording> read_operator_memory_recording(const std::filesystem::path& path,
+                                                        const OperatorMemoryOptions& options = {});
+Result<ProfileRecording> parse_operator_memory_recording(std::string_view bytes, std::string_view source,
+                                                         const OperatorMemoryOptions& options = {});
+Result<Trace> read_operator_memory_csv(const std::filesystem::path& path, const OperatorMemoryOptions& options = {});
+Result<Trace> parse_operator_memory_csv(std::string_view bytes, std::string_view source,
+                                        const OperatorMemoryOptions& options = {});
+
 // Tessera's own text format (docs/trace-format.md), written by write_text_trace and read back unchanged.
 Result<Trace> read_text_trace(const std::filesystem::path& path);
 Result<Trace> parse_text_trace(std::string_view bytes, std::string_view source);
@@ -162,17 +204,32 @@ std::string format_text_trace(const Trace& trace);
 // Gzip-compressed when the path ends in ".gz".
 Result<void> write_text_trace(const Trace& trace, const std::filesystem::path& path);
 
-enum class TraceFormat : std::uint8_t { automatic, pytorch_snapshot, lifetimes_csv, stalloc, text };
+enum class TraceFormat : std::uint8_t {
+  automatic,
+  pytorch_snapshot,
+  lifetimes_csv,
+  stalloc,
+  text,
+  kineto_json,
+  operator_memory_csv,
+};
 
 std::string_view to_string(TraceFormat format) noexcept;
 
 struct TraceReadOptions {
   TraceFormat format = TraceFormat::automatic;  // automatic: by content, then by extension
   PytorchSnapshotOptions pytorch;
+  // Unset: the device pytorch.device names ("cuda:N"), else the one with the most events.
+  std::optional<std::string> profile_device = std::nullopt;
 };
 
 // Any of the formats above.
 Result<Trace> read_trace(const std::filesystem::path& path, const TraceReadOptions& options = {});
 Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options = {});
+// Any format, with what the file recorded of the real allocator: PyTorch snapshots' and the profiles'
+// reserved bytes, the profiles' allocated bytes (empty where the format has none).
+Result<ProfileRecording> read_recording(const std::filesystem::path& path, const TraceReadOptions& options = {});
+Result<ProfileRecording> parse_recording(std::string_view bytes, std::string_view source,
+                                         const TraceReadOptions& options = {});
 
 }  // namespace tessera

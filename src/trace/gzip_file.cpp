@@ -256,7 +256,7 @@ std::string trace_name_from_source(std::string_view source) {
     return false;
   };
   strip(".gz");
-  for (std::string_view ext : {".pickle", ".pkl", ".csv", ".txt", ".log", ".trace"}) {
+  for (std::string_view ext : {".pickle", ".pkl", ".csv", ".txt", ".log", ".trace", ".json"}) {
     if (strip(ext)) break;
   }
   return name;

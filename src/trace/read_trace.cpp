@@ -1,5 +1,6 @@
 // read_trace: one entry point for every format. The content decides first (a pickle starts with PROTO,
-// Tessera's text with its magic, a lifetimes CSV with its header, STAlloc with a record or marker line),
+// Tessera's text with its magic, Kineto's JSON with '{' or '[', torch_npu's operator_memory.csv and a
+// lifetimes CSV with their headers, STAlloc with a record or marker line),
 // the extension only when the content is not telling. Before the whole file is read or inflated, its start
 // must be one a trace of that format can have.
 #include <fmt/format.h>
@@ -19,11 +20,17 @@ namespace trace_detail {
 TraceFormat format_by_content(std::string_view bytes) {
   if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80) return TraceFormat::pytorch_snapshot;
   if (bytes.starts_with("tessera-trace")) return TraceFormat::text;
+  // JSON: the first character that is not white space opens the traceEvents array or the object holding it.
+  const std::size_t first = bytes.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && (bytes[first] == '{' || bytes[first] == '[')) return TraceFormat::kineto_json;
   LineScanner lines(bytes);
   std::string_view line;
   while (lines.next(line)) {
     line = trim(line);
     if (line.empty()) continue;
+    if (line.find("Size(KB)") != std::string_view::npos && line.find("Allocation Time(us)") != std::string_view::npos) {
+      return TraceFormat::operator_memory_csv;
+    }
     if (line.starts_with("id,") || line.find(",lower,") != std::string_view::npos) return TraceFormat::lifetimes_csv;
     if (std::count(line.begin(), line.end(), ',') >= 3) return TraceFormat::lifetimes_csv;
     if (line.starts_with("0 ") || line.starts_with("1 ") || line.starts_with("Iteration Index")) {
@@ -38,6 +45,7 @@ TraceFormat format_by_extension(std::string_view source) {
   std::string name = std::filesystem::path(std::string(source)).filename().string();
   if (name.ends_with(".gz")) name.resize(name.size() - 3);
   if (name.ends_with(".pickle") || name.ends_with(".pkl")) return TraceFormat::pytorch_snapshot;
+  if (name.ends_with(".json")) return TraceFormat::kineto_json;
   if (name.ends_with(".csv")) return TraceFormat::lifetimes_csv;
   if (name.ends_with(".trace")) return TraceFormat::text;
   if (name.ends_with(".txt") || name.ends_with(".log")) return TraceFormat::stalloc;
@@ -47,7 +55,8 @@ TraceFormat format_by_extension(std::string_view source) {
 Error unknown_format_error(std::string_view source) {
   return make_error(Errc::invalid_argument,
                     fmt::format("{}: cannot tell the trace format from the content or the name (PyTorch snapshot "
-                                "pickle, lifetimes CSV, STAlloc log or tessera-trace text)",
+                                "pickle, Kineto JSON, torch_npu operator_memory.csv, lifetimes CSV, STAlloc log or "
+                                "tessera-trace text)",
                                 source));
 }
 
@@ -63,7 +72,8 @@ PrefixCheck trace_start_check(TraceFormat forced, std::string_view source_name) 
     TraceFormat format = forced;
     if (format == TraceFormat::automatic) {
       const TraceFormat content = format_by_content(prefix);
-      const bool by_first_bytes = content == TraceFormat::pytorch_snapshot || content == TraceFormat::text;
+      const bool by_first_bytes = content == TraceFormat::pytorch_snapshot || content == TraceFormat::text ||
+                                  content == TraceFormat::kineto_json;
       // Otherwise the first line decides, once it is whole in the prefix.
       if (!by_first_bytes && !binary && !complete && !(found && lines.terminated())) return {};
       format = by_first_bytes || !binary ? content : TraceFormat::automatic;
@@ -76,13 +86,17 @@ PrefixCheck trace_start_check(TraceFormat forced, std::string_view source_name) 
       case TraceFormat::lifetimes_csv:
       case TraceFormat::stalloc:
       case TraceFormat::text:
+      case TraceFormat::kineto_json:
+      case TraceFormat::operator_memory_csv:
         if (!binary) return {};
         return make_error(Errc::invalid_argument,
                           fmt::format("{}:{}: a NUL byte in the first line: binary data, not a {} trace", source,
                                       lines.line_number(),
-                                      format == TraceFormat::text      ? "tessera-trace text"
-                                      : format == TraceFormat::stalloc ? "STAlloc log"
-                                                                       : "lifetimes CSV"));
+                                      format == TraceFormat::text                  ? "tessera-trace text"
+                                      : format == TraceFormat::stalloc             ? "STAlloc log"
+                                      : format == TraceFormat::kineto_json         ? "Kineto JSON"
+                                      : format == TraceFormat::operator_memory_csv ? "operator_memory.csv"
+                                                                                   : "lifetimes CSV"));
       case TraceFormat::automatic: break;
     }
     return {};
@@ -91,23 +105,54 @@ PrefixCheck trace_start_check(TraceFormat forced, std::string_view source_name) 
 
 }  // namespace trace_detail
 
-Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options) {
+namespace {
+
+// The recording of a format that carries no allocator totals.
+Result<ProfileRecording> trace_only(Result<Trace> trace) {
+  if (!trace) return std::move(trace).error();
+  ProfileRecording recording;
+  recording.trace = std::move(*trace);
+  return recording;
+}
+
+// A profile's device: the one named, else the one pytorch.device numbers on `kind`.
+std::optional<std::string> profile_device(const TraceReadOptions& options, std::string_view kind) {
+  if (options.profile_device) return options.profile_device;
+  if (options.pytorch.device) return fmt::format("{}:{}", kind, *options.pytorch.device);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<ProfileRecording> parse_recording(std::string_view bytes, std::string_view source,
+                                         const TraceReadOptions& options) {
   return trace_detail::with_inflated(
       bytes, source,
-      [&](std::string_view data, bool inflated) -> Result<Trace> {
+      [&](std::string_view data, bool inflated) -> Result<ProfileRecording> {
         TraceFormat format = options.format;
         if (format == TraceFormat::automatic) format = trace_detail::format_by_content(data);
         if (format == TraceFormat::automatic) format = trace_detail::format_by_extension(source);
         switch (format) {
           case TraceFormat::pytorch_snapshot: {
-            Result<PytorchRecording> recording =
+            Result<PytorchRecording> snapshot =
                 trace_detail::parse_pytorch_inflated(data, source, inflated, options.pytorch);
-            if (!recording) return std::move(recording).error();
-            return std::move(recording->trace);
+            if (!snapshot) return std::move(snapshot).error();
+            ProfileRecording recording;
+            recording.trace = std::move(snapshot->trace);
+            recording.recorded.reserved_after = std::move(snapshot->reserved_after);
+            recording.recorded.peak_reserved = snapshot->initial_reserved;
+            for (const std::uint64_t reserved : recording.recorded.reserved_after) {
+              recording.recorded.peak_reserved = std::max(recording.recorded.peak_reserved, reserved);
+            }
+            return recording;
           }
-          case TraceFormat::lifetimes_csv: return trace_detail::parse_lifetimes_inflated(data, source);
-          case TraceFormat::stalloc: return trace_detail::parse_stalloc_inflated(data, source);
-          case TraceFormat::text: return trace_detail::parse_text_inflated(data, source);
+          case TraceFormat::kineto_json:
+            return trace_detail::parse_kineto_inflated(data, source, inflated, {profile_device(options, "cuda")});
+          case TraceFormat::operator_memory_csv:
+            return trace_detail::parse_operator_memory_inflated(data, source, {profile_device(options, "npu")});
+          case TraceFormat::lifetimes_csv: return trace_only(trace_detail::parse_lifetimes_inflated(data, source));
+          case TraceFormat::stalloc: return trace_only(trace_detail::parse_stalloc_inflated(data, source));
+          case TraceFormat::text: return trace_only(trace_detail::parse_text_inflated(data, source));
           case TraceFormat::automatic: break;
         }
         return trace_detail::unknown_format_error(source);
@@ -115,11 +160,23 @@ Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const
       trace_detail::trace_start_check(options.format, source));
 }
 
-Result<Trace> read_trace(const std::filesystem::path& path, const TraceReadOptions& options) {
+Result<ProfileRecording> read_recording(const std::filesystem::path& path, const TraceReadOptions& options) {
   Result<std::string> bytes =
       trace_detail::read_file_bytes(path, trace_detail::trace_start_check(options.format, path.string()));
   if (!bytes) return std::move(bytes).error();
-  return parse_trace(*bytes, path.string(), options);
+  return parse_recording(*bytes, path.string(), options);
+}
+
+Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options) {
+  Result<ProfileRecording> recording = parse_recording(bytes, source, options);
+  if (!recording) return std::move(recording).error();
+  return std::move(recording->trace);
+}
+
+Result<Trace> read_trace(const std::filesystem::path& path, const TraceReadOptions& options) {
+  Result<ProfileRecording> recording = read_recording(path, options);
+  if (!recording) return std::move(recording).error();
+  return std::move(recording->trace);
 }
 
 }  // namespace tessera

@@ -25,6 +25,10 @@ PrefixCheck trace_start_check(TraceFormat format, std::string_view source);
 
 Result<PytorchRecording> parse_pytorch_inflated(std::string_view bytes, std::string_view source, bool inflated,
                                                 const PytorchSnapshotOptions& options);
+Result<ProfileRecording> parse_kineto_inflated(std::string_view text, std::string_view source, bool inflated,
+                                               const KinetoTraceOptions& options);
+Result<ProfileRecording> parse_operator_memory_inflated(std::string_view text, std::string_view source,
+                                                        const OperatorMemoryOptions& options);
 Result<Trace> parse_lifetimes_inflated(std::string_view text, std::string_view source);
 Result<Trace> parse_stalloc_inflated(std::string_view text, std::string_view source);
 Result<Trace> parse_text_inflated(std::string_view text, std::string_view source);

@@ -24,6 +24,8 @@ std::string_view to_string(TraceFormat format) noexcept {
     case TraceFormat::lifetimes_csv: return "lifetimes_csv";
     case TraceFormat::stalloc: return "stalloc";
     case TraceFormat::text: return "text";
+    case TraceFormat::kineto_json: return "kineto_json";
+    case TraceFormat::operator_memory_csv: return "operator_memory_csv";
   }
   return "unknown";
 }

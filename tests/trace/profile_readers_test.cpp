@@ -1,0 +1,235 @@
+// The profile readers: Kineto's Chrome trace JSON and torch_npu's operator_memory.csv. Events, the blocks
+// live before profiling, the device chosen, the recorded totals, the errors, and choice by content.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/trace.hpp"
+
+namespace tessera {
+namespace {
+
+const std::filesystem::path data_dir = std::filesystem::path(__FILE__).parent_path() / "data";
+
+std::string file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+constexpr std::uint64_t MiB = 1 << 20;
+
+// A "[memory]" event as Kineto writes it.
+std::string memory(double ts, std::uint64_t addr, std::int64_t bytes, std::uint64_t allocated, std::uint64_t reserved,
+                   int type = 1, int id = 0) {
+  std::ostringstream out;
+  out << R"({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": )" << ts
+      << R"(, "args": {"Total Reserved": )" << reserved << R"(, "Total Allocated": )" << allocated
+      << R"(, "Bytes": )" << bytes << R"(, "Addr": )" << addr << R"(, "Device Id": )" << id
+      << R"(, "Device Type": )" << type << "}}";
+  return out.str();
+}
+
+std::string kineto(const std::vector<std::string>& events) {
+  std::string text = R"({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}], "traceEvents": [)";
+  text += R"({"ph": "X", "name": "aten::empty", "ts": 1, "dur": 2, "args": {"Bytes": "not memory"}})";
+  for (const std::string& event : events) text += ",\n" + event;
+  return text + "]}\n";
+}
+
+// ---- Kineto
+
+TEST(KinetoJson, TheCpuProfileReachesItsOwnPeakOfTotalAllocated) {
+  const std::filesystem::path path = data_dir / "kineto_cpu.json";
+  // The most Total Allocated, found in the file's text, apart from the reader.
+  const std::string text = file_text(path);
+  const std::string key = "\"Total Allocated\": ";
+  std::uint64_t most = 0;
+  std::size_t events = 0;
+  for (std::size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    most = std::max<std::uint64_t>(most, std::strtoull(text.c_str() + at + key.size(), nullptr, 10));
+    ++events;
+  }
+  ASSERT_GT(events, 100u);
+  Result<ProfileRecording> read = read_recording(path);
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  ASSERT_TRUE(validate(read->trace).ok());
+  EXPECT_EQ(read->trace.device, "cpu");
+  EXPECT_EQ(read->trace.name, "kineto_cpu");
+  EXPECT_EQ(read->trace.events.size(), events);
+  const double peak = static_cast<double>(summarize(read->trace).peak_live_bytes);
+  EXPECT_NEAR(peak, static_cast<double>(most), 0.01 * static_cast<double>(most));
+  EXPECT_EQ(read->recorded.peak_allocated, most);
+  EXPECT_EQ(read->recorded.allocated_after.size(), events);
+}
+
+TEST(KinetoJson, FreesAndTotalsBeforeTheProfileBecomeInitialBlocks) {
+  // 3 MiB live before: a 1 MiB block freed at 30 and 2 MiB that no free names.
+  const std::string text = kineto({
+      memory(10, 0x1000, 4 * MiB, 7 * MiB, 20 * MiB),
+      memory(20, 0x1000, -4 * static_cast<std::int64_t>(MiB), 3 * MiB, 20 * MiB),
+      memory(30, 0x9000, -1 * static_cast<std::int64_t>(MiB), 2 * MiB, 20 * MiB),
+      memory(40, 0x1000, 1 * MiB, 3 * MiB, 22 * MiB),
+  });
+  Result<ProfileRecording> read = parse_kineto_recording(text, "dir/run.json");
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  const Trace& trace = read->trace;
+  EXPECT_EQ(trace.name, "run");
+  EXPECT_EQ(trace.device, "cuda:0");
+  const std::vector<InitialBlock> initial{{0, 1 * MiB, 0}, {1, 2 * MiB, 0}};
+  EXPECT_EQ(trace.initial_blocks, initial);
+  const std::vector<TraceEvent> events{
+      TraceEvent::alloc(2, 4 * MiB, 0, 10), TraceEvent::free(2, 4 * MiB, 0, 20), TraceEvent::free(0, 1 * MiB, 0, 30),
+      TraceEvent::alloc(3, 1 * MiB, 0, 40)};
+  EXPECT_EQ(trace.events, events);
+  EXPECT_EQ(summarize(trace).peak_live_bytes, 7 * MiB);
+  const std::vector<std::uint64_t> reserved{20 * MiB, 20 * MiB, 20 * MiB, 22 * MiB};
+  EXPECT_EQ(read->recorded.reserved_after, reserved);
+  EXPECT_EQ(read->recorded.peak_reserved, 22 * MiB);
+  EXPECT_EQ(read->recorded.peak_allocated, 7 * MiB);
+}
+
+TEST(KinetoJson, ReadsOneDeviceTheBusiestOrTheOneNamed) {
+  const std::string text = kineto({
+      memory(1, 0x10, 512, 512, 2 * MiB, 1, 0),
+      memory(2, 0x20, 512, 512, 2 * MiB, 1, 1),
+      memory(3, 0x30, 1024, 1536, 2 * MiB, 1, 1),
+      memory(4, 0x40, 64, 64, 0, 0, -1),
+  });
+  Result<Trace> busiest = parse_kineto_trace(text, "two.json");
+  ASSERT_TRUE(busiest.ok()) << describe(busiest.error());
+  EXPECT_EQ(busiest->device, "cuda:1");
+  EXPECT_EQ(busiest->events.size(), 2u);
+  Result<Trace> cpu = parse_kineto_trace(text, "two.json", {.device = "cpu"});
+  ASSERT_TRUE(cpu.ok()) << describe(cpu.error());
+  EXPECT_EQ(cpu->events, std::vector<TraceEvent>{TraceEvent::alloc(0, 64, 0, 4)});
+  // read_trace's --device number picks the CUDA device.
+  TraceReadOptions options;
+  options.pytorch.device = 0;
+  Result<Trace> first = parse_trace(text, "two.json", options);
+  ASSERT_TRUE(first.ok()) << describe(first.error());
+  EXPECT_EQ(first->device, "cuda:0");
+  Result<Trace> missing = parse_kineto_trace(text, "two.json", {.device = "cuda:7"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("cuda:7"), std::string::npos) << missing.error().message;
+}
+
+TEST(KinetoJson, ErrorsNameTheFileAndTheEventOrByte) {
+  const auto error_of = [](const std::string& text) {
+    Result<Trace> read = parse_kineto_trace(text, "bad.json");
+    EXPECT_FALSE(read.ok());
+    if (read.ok()) return std::string();
+    EXPECT_EQ(read.error().code, Errc::invalid_argument);
+    return read.error().message;
+  };
+  const std::string no_addr = R"({"ph": "i", "name": "[memory]", "ts": 2, "args": {"Bytes": 8, "Device Type": 1}})";
+  EXPECT_EQ(error_of(kineto({memory(1, 0x10, 8, 8, 0), no_addr})),
+            "bad.json: traceEvents[2] ([memory]) has no 'Addr' in its args");
+  const std::string text_bytes = R"({"name": "[memory]", "ts": 2, "args": {"Addr": 16, "Bytes": "8"}})";
+  EXPECT_EQ(error_of(kineto({text_bytes})), "bad.json: traceEvents[1] ([memory]) has 'Bytes' \"8\", not an integer");
+  EXPECT_EQ(error_of(kineto({memory(1, 0x10, 8, 8, 0), memory(2, 0x10, 8, 16, 0)})),
+            "bad.json: traceEvents[2] ([memory]) allocates address 0x10, which holds a live block");
+  EXPECT_EQ(error_of(kineto({memory(1, 0x10, 8, 8, 0), memory(2, 0x10, -4, 4, 0)})),
+            "bad.json: traceEvents[2] ([memory]) frees 4 bytes at 0x10, where a block of 8 bytes was allocated");
+  EXPECT_NE(error_of(kineto({memory(1, 0x10, 0, 8, 0)})).find("traceEvents[1] ([memory]) has Bytes 0"), std::string::npos);
+  // The '}' is the 18th byte.
+  EXPECT_EQ(error_of("{\"traceEvents\": [}"), "bad.json: byte 18: not JSON: syntax error while parsing value - "
+                                                "unexpected '}'; expected '[', '{', or a literal");
+  EXPECT_NE(error_of(kineto({})).find("has no \"[memory]\" events"), std::string::npos);
+  EXPECT_EQ(error_of("{\"schemaVersion\": 1}"), "bad.json: the top-level object has no traceEvents array");
+}
+
+TEST(KinetoJson, ABareEventArrayAndGzipReadTheSame) {
+  const std::string events = memory(1, 0x10, 8, 8, 0) + ",\n" + memory(2, 0x10, -8, 0, 0);
+  Result<Trace> object = parse_trace(kineto({memory(1, 0x10, 8, 8, 0), memory(2, 0x10, -8, 0, 0)}), "a.json");
+  Result<Trace> array = parse_trace("[" + events + "]", "a.json");
+  ASSERT_TRUE(object.ok()) << describe(object.error());
+  ASSERT_TRUE(array.ok()) << describe(array.error());
+  EXPECT_EQ(*object, *array);
+  Result<Trace> gzipped = read_trace(data_dir / "kineto_cpu.json.gz");
+  Result<Trace> plain = read_trace(data_dir / "kineto_cpu.json");
+  ASSERT_TRUE(gzipped.ok()) << describe(gzipped.error());
+  ASSERT_TRUE(plain.ok()) << describe(plain.error());
+  EXPECT_EQ(gzipped->events, plain->events);
+}
+
+// ---- operator_memory.csv
+
+TEST(OperatorMemoryCsv, RowsBecomeEventsFreesFirstAtOneTime) {
+  Result<ProfileRecording> read = read_recording(data_dir / "operator_memory.csv");
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  const Trace& trace = read->trace;
+  EXPECT_EQ(trace.device, "npu:0");
+  ASSERT_EQ(trace.streams.size(), 2u);
+  EXPECT_EQ(static_cast<std::uintptr_t>(trace.streams[1]), 187650125153u);
+  // Rows 0 and 1 are released at 300 when row 2 is allocated: the frees come first. Row 1 has no Active
+  // Release Time: its Release Time counts. Row 2 is never released.
+  const std::vector<TraceEvent> events{
+      TraceEvent::alloc(0, 1 * MiB, 0, 100),    TraceEvent::alloc(1, MiB / 2, 0, 150),
+      TraceEvent::free(0, 1 * MiB, 0, 300),     TraceEvent::free(1, MiB / 2, 0, 300),
+      TraceEvent::alloc(2, 2 * MiB, 0, 300),    TraceEvent::alloc(3, 4096, 1, 350),
+      TraceEvent::free(3, 4096, 1, 360)};
+  EXPECT_EQ(trace.events, events);
+  EXPECT_TRUE(trace.initial_blocks.empty());
+  const std::vector<std::uint64_t> allocated{MiB, 3 * MiB / 2, MiB / 2, 0, 2 * MiB, 2 * MiB + 4096, 2 * MiB};
+  EXPECT_EQ(read->recorded.allocated_after, allocated);
+  const std::vector<std::uint64_t> reserved{2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 4 * MiB, 4 * MiB, 4 * MiB};
+  EXPECT_EQ(read->recorded.reserved_after, reserved);
+  EXPECT_EQ(read->recorded.peak_reserved, 4 * MiB);
+  EXPECT_EQ(summarize(trace).peak_live_bytes, read->recorded.peak_allocated);
+}
+
+constexpr std::string_view header = "Name,Size(KB),Allocation Time(us),Release Time(us),Stream Ptr,Device Type\n";
+
+TEST(OperatorMemoryCsv, ARowReleasedWhenItIsAllocatedIsFreedAfterTheAllocsThere) {
+  const std::string text = std::string(header) + "a,1,10,20,0,NPU:0\nb,2,20,20,0,NPU:0\nc,3,20,30,0,NPU:0\n";
+  Result<Trace> read = parse_operator_memory_csv(text, "same.csv");
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  const std::vector<TraceEvent> events{TraceEvent::alloc(0, 1024, 0, 10), TraceEvent::free(0, 1024, 0, 20),
+                                       TraceEvent::alloc(1, 2048, 0, 20), TraceEvent::alloc(2, 3072, 0, 20),
+                                       TraceEvent::free(1, 2048, 0, 20), TraceEvent::free(2, 3072, 0, 30)};
+  EXPECT_EQ(read->events, events);
+}
+
+TEST(OperatorMemoryCsv, ErrorsNameTheFileAndTheLine) {
+  const auto error_of = [](const std::string& text) {
+    Result<Trace> read = parse_operator_memory_csv(text, "op.csv");
+    EXPECT_FALSE(read.ok());
+    return read.ok() ? std::string() : read.error().message;
+  };
+  EXPECT_EQ(error_of("Name,Allocation Time(us),Release Time(us)\na,1,2\n"),
+            "op.csv:1: the header has no 'Size(KB)' column (torch_npu's operator_memory.csv has it)");
+  EXPECT_EQ(error_of(std::string(header) + "a,1,10,20,0,NPU:0\n\nb,1,ten,20,0,NPU:0\n"),
+            "op.csv:4: Allocation Time(us) 'ten' is not a number");
+  EXPECT_EQ(error_of(std::string(header) + "a,1,30,20,0,NPU:0\n"),
+            "op.csv:2: Release Time(us) 20 is before the Allocation Time 30");
+  EXPECT_EQ(error_of(std::string(header) + "a,1,10,20,0\n"), "op.csv:2: 5 fields where the header has 6");
+  Result<Trace> bad = read_trace(data_dir / "bad_operator_memory.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, (data_dir / "bad_operator_memory.csv").string() + ":3: Size(KB) is negative (-512.0)");
+}
+
+// ---- Choice by content
+
+TEST(ProfileFormats, AreChosenByContentNotByName) {
+  const std::string csv = file_text(data_dir / "operator_memory.csv");
+  const std::string json = file_text(data_dir / "kineto_cpu.json");
+  Result<Trace> csv_as_txt = parse_trace(csv, "profile.txt");
+  ASSERT_TRUE(csv_as_txt.ok()) << describe(csv_as_txt.error());
+  EXPECT_EQ(csv_as_txt->device, "npu:0");  // not read as an STAlloc log or a lifetimes CSV
+  Result<Trace> json_as_csv = parse_trace(json, "profile.csv");
+  ASSERT_TRUE(json_as_csv.ok()) << describe(json_as_csv.error());
+  EXPECT_EQ(json_as_csv->device, "cpu");
+  // And a lifetimes CSV named .json is still a lifetimes CSV.
+  Result<Trace> lifetimes = parse_trace("id,lower,upper,size\n0,0,1,8\n", "tensors.json");
+  ASSERT_TRUE(lifetimes.ok()) << describe(lifetimes.error());
+  EXPECT_EQ(lifetimes->events.size(), 2u);
+}
+
+}  // namespace
+}  // namespace tessera
