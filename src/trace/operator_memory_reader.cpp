@@ -189,6 +189,7 @@ Result<ProfileRecording> parse_operator_memory_inflated(std::string_view text, s
       return fail(number, fmt::format("Stream Ptr '{}' is not a number", cell(stream_ptr)));
     }
     row.device = lower(cell(device_type));
+    if (row.device.empty()) row.device = "npu";  // the profiler is torch_npu's: an NPU whose index it did not say
     const std::array<Column, 4> totals{allocation_allocated_mb, allocation_reserved_mb, release_allocated_mb,
                                        release_reserved_mb};
     for (std::size_t t = 0; t < totals.size(); ++t) {
