@@ -188,7 +188,14 @@ Result<ProfileRecording> parse_operator_memory_inflated(std::string_view text, s
     if (!cell(stream_ptr).empty() && !parse_unsigned(cell(stream_ptr), row.stream, /*allow_hex=*/true)) {
       return fail(number, fmt::format("Stream Ptr '{}' is not a number", cell(stream_ptr)));
     }
-    row.device = lower(cell(device_type));
+    // Line ends may leave carriage returns; any other control character is no device's name.
+    std::string_view device = cell(device_type);
+    while (!device.empty() && (device.back() == '\r' || device.back() == ' ' || device.back() == '\t')) device.remove_suffix(1);
+    while (!device.empty() && (device.front() == ' ' || device.front() == '\t')) device.remove_prefix(1);
+    if (std::any_of(device.begin(), device.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+      return fail(number, "Device Type holds a control character");
+    }
+    row.device = lower(device);
     if (row.device.empty()) row.device = "npu";  // the profiler is torch_npu's: an NPU whose index it did not say
     const std::array<Column, 4> totals{allocation_allocated_mb, allocation_reserved_mb, release_allocated_mb,
                                        release_reserved_mb};

@@ -196,6 +196,17 @@ TEST(OperatorMemoryCsv, ARowReleasedWhenItIsAllocatedIsFreedAfterTheAllocsThere)
   EXPECT_EQ(read->events, events);
 }
 
+// A Device Type that line ends padded, or none at all, still names a device: the trace's, in lower case.
+TEST(OperatorMemoryCsv, TheDeviceIsTrimmedAndAnNpuWhereTheColumnIsMissing) {
+  Result<Trace> padded = parse_operator_memory_csv(std::string(header) + "a,1,10,20,0, NPU:1\r\r\n", "padded.csv");
+  ASSERT_TRUE(padded.ok()) << describe(padded.error());
+  EXPECT_EQ(padded->device, "npu:1");
+  Result<Trace> none = parse_operator_memory_csv("Name,Size(KB),Allocation Time(us),Release Time(us)\na,1,10,20\n",
+                                                 "none.csv");
+  ASSERT_TRUE(none.ok()) << describe(none.error());
+  EXPECT_EQ(none->device, "npu");
+}
+
 TEST(OperatorMemoryCsv, ErrorsNameTheFileAndTheLine) {
   const auto error_of = [](const std::string& text) {
     Result<Trace> read = parse_operator_memory_csv(text, "op.csv");
@@ -209,6 +220,7 @@ TEST(OperatorMemoryCsv, ErrorsNameTheFileAndTheLine) {
   EXPECT_EQ(error_of(std::string(header) + "a,1,30,20,0,NPU:0\n"),
             "op.csv:2: Release Time(us) 20 is before the Allocation Time 30");
   EXPECT_EQ(error_of(std::string(header) + "a,1,10,20,0\n"), "op.csv:2: 5 fields where the header has 6");
+  EXPECT_EQ(error_of(std::string(header) + "a,1,10,20,0,NPU\x01:0\n"), "op.csv:2: Device Type holds a control character");
   Result<Trace> bad = read_trace(data_dir / "bad_operator_memory.csv");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message, (data_dir / "bad_operator_memory.csv").string() + ":3: Size(KB) is negative (-512.0)");
