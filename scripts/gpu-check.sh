@@ -110,13 +110,16 @@ fi
 if [[ -d "$BUILD" ]] && run_step capi-build 120 cmake --build "$BUILD" --parallel "$(nproc)" --target tessera_c; then
   run_step torch-gpu 200 env TESSERA_LIBRARY="$PWD/$BUILD/src/capi/libtessera_c.so" "${TESSERA_GPU_PYTHON:-python3}" \
     scripts/gpu-torch-check.py --out "$OUT" || STATUS=1
+  # 7. Pause and resume by tag on CUDA (scripts/gpu-pause-check.py): device memory returned, weights equal.
+  run_step gpu-pause 90 env TESSERA_LIBRARY="$PWD/$BUILD/src/capi/libtessera_c.so" "${TESSERA_GPU_PYTHON:-python3}" \
+    scripts/gpu-pause-check.py --out "$OUT" || STATUS=1
 else
   STATUS=1
 fi
 
 # What comes back first: the summary and the ends of the logs that matter.
 echo "== summary"; cat "$OUT/summary.txt"
-for name in configure build cuda-tests cuda-latency capi-build torch-gpu; do
+for name in configure build cuda-tests cuda-latency capi-build torch-gpu gpu-pause; do
   [[ -f "$OUT/$name.log" ]] || continue
   echo "== $name.log (tail)"
   tail -n 25 "$OUT/$name.log"

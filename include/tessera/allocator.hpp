@@ -16,6 +16,7 @@
 #include "tessera/device_allocator.hpp"
 #include "tessera/driver.hpp"
 #include "tessera/snapshot.hpp"
+#include "tessera/tags.hpp"
 
 namespace tessera {
 
@@ -82,6 +83,16 @@ struct OptionDescription {
 };
 const std::vector<OptionDescription>& allocator_options();
 
+// The memory of one tag (tags.hpp), now.
+struct TagStats {
+  std::string tag;
+  bool paused = false;
+  Bytes allocated_bytes = 0;  // live blocks, rounded (paused ones included)
+  Bytes reserved_bytes = 0;   // pages mapped under the tag's regions
+  Bytes paused_bytes = 0;     // live blocks whose pages were given back by a pause
+  Bytes backup_bytes = 0;     // host memory holding their contents
+};
+
 // Tessera's own statistics beside PyTorch's.
 struct TesseraStats {
   AllocatorStats common;
@@ -102,6 +113,11 @@ struct TesseraStats {
   // bytes is mapped_bytes + sliver_mapped_bytes, of mappings pages_mapped - pages_unmapped + sliver_mappings).
   std::uint64_t sliver_mappings = 0;
   Bytes sliver_mapped_bytes = 0;
+  // Pauses and resumes of tags that changed something.
+  std::uint64_t pauses = 0;
+  std::uint64_t resumes = 0;
+  // Every tag this allocator has allocated under, in the order first used.
+  std::vector<TagStats> tags;
 };
 
 class TesseraAllocator : public DeviceAllocator {
@@ -122,6 +138,26 @@ class TesseraAllocator : public DeviceAllocator {
   virtual void record_history(std::size_t max_events) = 0;
   // The history and the state, taken together under the allocator's lock.
   virtual AllocationHistory history() const = 0;
+
+  // Pause and resume by tag (DeviceAllocator::pause and resume; docs/allocator.md, "Pausing a tag").
+  //
+  // pause: proves the device done with the tag's blocks (a synchronize of the streams that used them and a
+  // wait for their pending frees), copies each live block's bytes to host memory when `backup` (pinned where
+  // the platform has it), then unmaps every page under the tag — live blocks' and cached ones — and gives
+  // wholly unmapped chunks back to the device. Every address stays reserved: a paused block keeps its
+  // address and nothing else is placed there. While paused, allocating under the tag is an error naming it;
+  // freeing a paused block works (its backup goes). Pausing a paused tag finishes what a failed pause left
+  // mapped, else does nothing. An unknown tag is an error naming it.
+  // A failure before the unmapping (the proof, a backup) leaves the tag as it was; a failure while unmapping
+  // leaves it paused, every backup intact, and a second pause unmaps the rest. check() holds either way.
+  //
+  // resume: maps pages under every granule a paused live block touches, at the same addresses — pooled
+  // pages first, then idle cached pages from anywhere, new pages last —, copies the backups back and frees
+  // them. Without a backup a block's contents are unspecified. Out of memory is an answer that says how much
+  // was needed and what is free: the tag stays paused with every backup intact, and a later resume succeeds
+  // once memory is free. Resuming a tag that is not paused does nothing.
+  // The tags this allocator has allocated under, in the order first used.
+  virtual std::vector<std::string> tags() const = 0;
 };
 
 // The allocator does not own the driver; one allocator per device. Thread-safe.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "tessera/tags.hpp"
 #include "tessera/types.hpp"
 
 namespace tessera {
@@ -38,6 +39,10 @@ class AllocatorObserver {
   // A wait on a stream (or the whole device) to prove memory idle before its pages are unmapped.
   virtual void synchronized(bool /*whole_device*/) {}
   virtual void alloc_retried() {}
+  // A tag paused (its live blocks' pages given back; `backup_bytes` of them copied to the host), and
+  // resumed (its live blocks mapped again, their backups copied back).
+  virtual void tag_paused(TagId /*tag*/, Bytes /*paused_bytes*/, Bytes /*backup_bytes*/) {}
+  virtual void tag_resumed(TagId /*tag*/, Bytes /*resumed_bytes*/) {}
   virtual void out_of_memory(Bytes /*requested*/) {}
 };
 

@@ -71,6 +71,13 @@ class DeviceAllocator {
   // Gives every cached, unused page back to the device.
   virtual Result<void> empty_cache() = 0;
 
+  // Pause and resume the memory of a tag (tags.hpp): its pages go back to the device while its blocks keep
+  // their addresses, and come back at the same addresses, their bytes restored where `backup` was asked.
+  // Only allocators that can override them (Tessera: allocator.hpp states the contract; the
+  // torch_memory_saver model); the others answer Errc::unsupported and change nothing.
+  Result<void> pause(std::string_view tag, bool backup) { return do_pause(tag, backup); }
+  Result<void> resume(std::string_view tag) { return do_resume(tag); }
+
   virtual AllocatorStats stats() const = 0;
 
  protected:
@@ -78,6 +85,12 @@ class DeviceAllocator {
   virtual Result<Address> do_allocate(Bytes size, StreamId stream) = 0;
   virtual Result<void> do_deallocate(Address block) = 0;
   virtual Result<void> do_record_stream(Address block, StreamId stream) = 0;
+  virtual Result<void> do_pause(std::string_view tag, bool /*backup*/) {
+    return refuse(Errc::unsupported, "pause of tag '" + std::string(tag) + "': this allocator cannot pause memory");
+  }
+  virtual Result<void> do_resume(std::string_view tag) {
+    return refuse(Errc::unsupported, "resume of tag '" + std::string(tag) + "': this allocator cannot pause memory");
+  }
 
  private:
   // "<name>: <what>", in the style of the allocators' own errors. Out of line of the fast path.

@@ -36,6 +36,9 @@ struct SnapshotSegment {
   StreamId stream{};
   MemoryPool pool = MemoryPool::large;
   std::vector<SnapshotBlock> blocks;
+  // Tessera: the tag its blocks were allocated under, and whether it is paused (its pages given back).
+  std::string tag = "default";
+  bool paused = false;
 };
 
 struct AllocatorSnapshot {

@@ -90,6 +90,22 @@ TESSERA_C_API const char* tessera_driver_name(void);
 TESSERA_C_API int tessera_has_allocator(int device);
 TESSERA_C_API const char* tessera_version(void);
 
+/* ---- Pausing memory by tag (docs/allocator.md, "Pausing a tag"), in torch_memory_saver's and vLLM sleep
+ * mode's use: an RL job pauses its inference engine's memory while it trains, with every address kept.
+ *
+ * Allocations on this thread carry the innermost open tag, else "default". push_tag opens `tag` (NULL or
+ * "": the default tag); pop_tag closes the innermost (nothing when none is open). */
+TESSERA_C_API void tessera_push_tag(const char* tag);
+TESSERA_C_API void tessera_pop_tag(void);
+/* Pauses `tag` on `device` (NULL: every tag of its allocator): its pages go back to the device, its blocks
+ * keep their addresses, and with `backup` non-zero their bytes are first copied to host memory. Resume maps
+ * pages under them again and copies the backups back (without a backup their contents are unspecified).
+ * 0 on success; -1 and a message naming the tag and what failed: an unknown tag, a device without an
+ * allocator, out of memory on resume (the tag stays paused with its backups; resume again once memory is
+ * free). */
+TESSERA_C_API int tessera_pause(int device, const char* tag, int backup);
+TESSERA_C_API int tessera_resume(int device, const char* tag);
+
 /* ---- Errors. */
 
 /* The message of the most recent failure on this thread; "" when none. Successful calls leave it. */

@@ -18,7 +18,7 @@
 //   region       one reservation of an arena, sized for the whole device, tiled by blocks.
 //   slot         one granule-sized place of a region; the page table says which page is mapped at each.
 //   mapping      one page mapped at one virtual address. Unmapped whole, never in part.
-//   arena        the regions of one (stream, pool), their blocks and their page tables.
+//   arena        the regions of one (stream, pool, tag), their blocks and their page tables.
 //   frontier     a region's untouched end, where its arena grows: its last block where the arena grows up,
 //                its first where it grows down.
 //
@@ -32,6 +32,11 @@
 //   lent block   a block that holds a sliver's bytes at home while a shared block maps the same granule.
 //   shared block a block built over slivers, in a virtual range of its own, on the out-of-memory ladder.
 //   stitching    mapping pages taken from several idle places into one new contiguous block.
+//   tag          the part of a job a block belongs to ("weights", "kv_cache"; "default" when none is open):
+//                the unit of pause and resume (tessera/tags.hpp).
+//   paused       a tag whose pages were given back while its blocks keep their addresses; a paused block's
+//                bytes are in a host backup or gone until the tag is resumed.
+//   backup       the host copy of a paused live block.
 //
 // Figures
 //   allocated    bytes of live blocks as requested by the caller (rounded: allocated_bytes).

@@ -18,6 +18,7 @@ import operator
 import sys
 
 from tessera._lib import TesseraError, TesseraValueError, encode, fail, last_error, library
+from tessera.regions import pause, region, resume, sleep, wake_up
 
 __all__ = [
     "TesseraError",
@@ -31,8 +32,13 @@ __all__ = [
     "library_path",
     "memory_stats",
     "memory_summary",
+    "pause",
     "record_memory_history",
+    "region",
+    "resume",
+    "sleep",
     "version",
+    "wake_up",
 ]
 
 

@@ -62,6 +62,10 @@ def _declare(lib):
         "tessera_memory_summary": (c.c_char_p, [c.c_int]),
         "tessera_record_memory_history": (c.c_int, [c.c_size_t]),
         "tessera_dump_snapshot": (c.c_int, [c.c_char_p, c.c_int]),
+        "tessera_push_tag": (None, [c.c_char_p]),
+        "tessera_pop_tag": (None, []),
+        "tessera_pause": (c.c_int, [c.c_int, c.c_char_p, c.c_int]),
+        "tessera_resume": (c.c_int, [c.c_int, c.c_char_p]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

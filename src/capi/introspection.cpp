@@ -114,6 +114,16 @@ std::string stats_json(const DeviceReport& report) {
   json["tessera.slivers_shared"] = report.stats.slivers_shared;
   json["tessera.sliver_mapped_bytes"] = report.stats.sliver_mapped_bytes;
   json["tessera.bad_frees"] = report.bad_frees;
+  json["tessera.pauses"] = report.stats.pauses;
+  json["tessera.resumes"] = report.stats.resumes;
+  for (const TagStats& tag : report.stats.tags) {
+    const std::string prefix = "tessera.tag." + tag.tag;
+    json[prefix + ".paused"] = tag.paused ? 1 : 0;
+    json[prefix + ".allocated_bytes"] = tag.allocated_bytes;
+    json[prefix + ".reserved_bytes"] = tag.reserved_bytes;
+    json[prefix + ".paused_bytes"] = tag.paused_bytes;
+    json[prefix + ".backup_bytes"] = tag.backup_bytes;
+  }
   return json.dump();
 }
 

@@ -37,7 +37,38 @@ TesseraStats TesseraAllocatorImpl::tessera_stats() const {
   TesseraStats stats = observers_.stats().stats();
   stats.cached_bytes = 0;
   for (const auto& placement : placements_) stats.cached_bytes += idle_mapped_bytes(*placement, granule_);
+  stats.tags = tag_stats();
   return stats;
+}
+
+std::vector<TagStats> TesseraAllocatorImpl::tag_stats() const {
+  std::vector<TagStats> tags;
+  for (const TagState& state : tag_states_) tags.push_back({tag_name(state.tag), state.paused});
+  auto of = [&](TagId tag) -> TagStats& {
+    std::size_t index = 0;
+    while (tag_states_[index].tag != tag) ++index;
+    return tags[index];
+  };
+  for (const auto& placement : placements_) {
+    const Arena& arena = placement->arena();
+    TagStats& stats = of(arena.tag());
+    for (const Region& region : arena.regions()) {
+      stats.reserved_bytes += region.mapped * granule_;
+      for (const Block* block = region.first_block; block != nullptr; block = block->next) {
+        stats.allocated_bytes += block->live && !block->lent ? block->size : 0;
+      }
+    }
+  }
+  for (const auto& shared : shared_) {
+    TagStats& stats = of(shared->tag);
+    stats.allocated_bytes += shared->block.live ? shared->block.size : 0;
+    for (const SharedMapping& mapping : shared->mappings) {
+      stats.reserved_bytes += mapping.mapped && !mapping.is_sliver() ? mapping.page.granules * granule_ : 0;
+    }
+  }
+  for (TagStats& stats : tags) stats.paused_bytes = stats.paused ? stats.allocated_bytes : 0;
+  for (const auto& [block, backup] : backups_) of(tag_of(block)).backup_bytes += backup.size;
+  return tags;
 }
 
 AllocatorSnapshot TesseraAllocatorImpl::snapshot() const {
@@ -68,6 +99,8 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
     const Arena* arena = &placement->arena();
     for (const Region& region : arena->regions()) {
       SnapshotSegment segment{region.base, region.span, region.mapped * granule_, arena->stream(), arena->pool(), {}};
+      segment.tag = tag_name(arena->tag());
+      segment.paused = state_of(arena->tag())->paused;
       for (const Block* block = region.first_block; block != nullptr; block = block->next) {
         using State = SnapshotBlock::State;
         const State state = block->live ? State::active_allocated : block->pending ? State::active_pending_free : State::inactive;
@@ -97,6 +130,8 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
       all_mapped = all_mapped && mapping.mapped;
     }
     SnapshotSegment segment{shared->base, shared->span, mapped, shared->stream, shared->pool, {}};
+    segment.tag = tag_name(shared->tag);
+    segment.paused = state_of(shared->tag)->paused;
     using State = SnapshotBlock::State;
     if (block.address > shared->base) segment.blocks.push_back({shared->base, block.address - shared->base, 0, State::inactive, 0, 0});
     const State state = block.live ? State::active_allocated : State::active_pending_free;
@@ -166,6 +201,8 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   std::unordered_map<std::uint64_t, std::size_t> mapped_of_chunk;
   for (const auto& placement : placements_) {
     const Arena* arena = &placement->arena();
+    const TagState* tag = state_of(arena->tag());
+    if (tag == nullptr) return fmt::format("arena {}: its tag {} is unknown", arena->index(), arena->tag());
     for (const Region& region : arena->regions()) {
       if (auto broken = check_page_table(region, mapped_slots, mapped_of_chunk)) return broken;
       Address expected = region.base;
@@ -186,7 +223,8 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
         if (is_free && previous != nullptr && previous->is_free()) {
           return fmt::format("blocks {:#x} and {:#x}: free neighbours not merged", previous->address, block->address);
         }
-        if (!is_free) {
+        // A paused tag's blocks may have pages or not (a pause that failed half way leaves some).
+        if (!is_free && !tag->paused) {
           const SlotRange touched = arena->touched_slots(*block);
           for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
             if (!region.is_accessible(slot)) {
@@ -242,6 +280,26 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   if (mapped_of_chunk.size() > pool.chunk_count()) return std::string("a mapped page belongs to no chunk");
   if (chunk_granules * granule_ != holds) return fmt::format("chunks hold {} granules but {} bytes counted", chunk_granules, holds);
   if (holds > mapper_.capacity()) return fmt::format("holds {} bytes, above the capacity {}", holds, mapper_.capacity());
+  return check_tags();
+}
+
+// Paused tags: counted, never the placement a fast path may reuse; a backup only for a paused live block.
+std::optional<std::string> TesseraAllocatorImpl::check_tags() const {
+  std::size_t paused = 0;
+  for (const TagState& state : tag_states_) paused += state.paused ? 1 : 0;
+  if (paused != paused_tags_) return fmt::format("{} tags paused but {} counted", paused, paused_tags_);
+  if (last_placement_ != nullptr && state_of(last_placement_->arena().tag())->paused) {
+    return std::string("the placement the fast path reuses is a paused tag's");
+  }
+  for (const auto& [block, backup] : backups_) {
+    if (!block->live || block->lent || !is_paused(block)) {
+      return fmt::format("block {:#x} has a backup but is not a paused live block", block->address);
+    }
+    if (backup.size < block->requested) {
+      return fmt::format("block {:#x}: its backup of {} bytes is smaller than its {} bytes", block->address,
+                         backup.size, block->requested);
+    }
+  }
   return std::nullopt;
 }
 
@@ -266,8 +324,9 @@ std::optional<std::string> TesseraAllocatorImpl::check_shared(
     if (block.address < shared->base || block.end() > shared->base + shared->span) {
       return fmt::format("shared block {:#x}: outside its range", block.address);
     }
+    const bool paused = state_of(shared->tag)->paused;
     for (const SharedMapping& mapping : shared->mappings) {
-      if (block.live && !mapping.mapped) return fmt::format("shared block {:#x}: slot {} unmapped", block.address, mapping.slot);
+      if (block.live && !paused && !mapping.mapped) return fmt::format("shared block {:#x}: slot {} unmapped", block.address, mapping.slot);
       if (!mapping.is_sliver()) {
         if (mapping.mapped) {
           mapped_slots += mapping.page.granules;
@@ -278,6 +337,10 @@ std::optional<std::string> TesseraAllocatorImpl::check_shared(
       ++lent;
       const Block& home = *mapping.lent;
       if (!home.live || !home.lent) return fmt::format("shared block {:#x}: its sliver {:#x} is not lent", block.address, home.address);
+      if (mapping.home->tag() != shared->tag) {
+        return fmt::format("shared block {:#x}: its sliver {:#x} is under another tag", block.address, home.address);
+      }
+      if (!mapping.mapped) continue;
       const Region& region = mapping.home->region_of(home);
       const std::size_t slot = (home.address - region.base) / granule_;
       std::size_t head = slot;

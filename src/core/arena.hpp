@@ -1,4 +1,4 @@
-// An arena (bookkeeping, layer 2): the virtual regions reserved for one (stream, pool), the blocks that tile
+// An arena (bookkeeping, layer 2): the virtual regions reserved for one (stream, pool, tag), the blocks that tile
 // them and each region's page table. Pure host code: where blocks are carved and merged is the placement's
 // (placement.hpp), which pages are mapped the mapper's (mapper.hpp).
 //
@@ -13,6 +13,7 @@
 
 #include "core/block.hpp"
 #include "core/region.hpp"
+#include "tessera/tags.hpp"
 #include "tessera/types.hpp"
 
 namespace tessera::core {
@@ -20,10 +21,11 @@ namespace tessera::core {
 class Arena {
  public:
   // `index`: the arena's place among its allocator's arenas, so that a block leads back to its placement.
-  Arena(std::uint32_t index, StreamId stream, MemoryPool pool, Bytes granule)
+  Arena(std::uint32_t index, StreamId stream, MemoryPool pool, TagId tag, Bytes granule)
       : index_(index),
         stream_(stream),
         pool_(pool),
+        tag_(tag),
         granule_(granule),
         granule_shift_(static_cast<unsigned>(__builtin_ctzll(granule))) {}
   Arena(const Arena&) = delete;
@@ -32,6 +34,7 @@ class Arena {
   std::uint32_t index() const noexcept { return index_; }
   StreamId stream() const noexcept { return stream_; }
   MemoryPool pool() const noexcept { return pool_; }
+  TagId tag() const noexcept { return tag_; }
   Bytes granule() const noexcept { return granule_; }
   const std::vector<Region>& regions() const noexcept { return regions_; }
   Region& region(std::uint32_t index) { return regions_[index]; }
@@ -62,6 +65,7 @@ class Arena {
   std::uint32_t index_;
   StreamId stream_;
   MemoryPool pool_;
+  TagId tag_;
   Bytes granule_;  // a power of two (the driver contract): slot arithmetic shifts instead of dividing
   unsigned granule_shift_;
   std::deque<Block> storage_;

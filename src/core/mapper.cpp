@@ -154,6 +154,7 @@ Result<void> Mapper::map_shared(SharedBlock& shared) {
   Bytes mapped_bytes = 0;
   std::uint64_t slivers_mapped = 0;
   for (SharedMapping& mapping : shared.mappings) {
+    if (mapping.mapped) continue;
     if (auto done = map(shared.base + mapping.slot * granule_, mapping.page, mapping.is_sliver()); !done) {
       failure = std::move(done);
       break;
@@ -175,15 +176,15 @@ Result<void> Mapper::map_shared(SharedBlock& shared) {
   return failure;
 }
 
-bool Mapper::unmap_shared(SharedBlock& shared) {
+Result<void> Mapper::unmap_shared(SharedBlock& shared) {
   std::uint64_t unmapped = 0;
   Bytes unmapped_bytes = 0;
   std::uint64_t slivers_unmapped = 0;
-  bool done = true;
+  Result<void> done;
   for (SharedMapping& mapping : shared.mappings) {
     if (!mapping.mapped) continue;
-    if (!driver_.unmap(shared.base + mapping.slot * granule_)) {
-      done = false;
+    if (auto unmap = driver_.unmap(shared.base + mapping.slot * granule_); !unmap) {
+      done = std::move(unmap);
       break;
     }
     mapping.mapped = false;
@@ -222,6 +223,48 @@ void Mapper::destroy_event(EventId event) {
 
 void Mapper::retry_stale_events() {
   std::erase_if(stale_events_, [&](EventId event) { return driver_.destroy_event(event).ok(); });
+  std::erase_if(stale_backups_, [&](const HostBuffer& backup) { return driver_.free_host(backup).ok(); });
+}
+
+Result<void> Mapper::synchronize(std::span<const StreamId> streams) {
+  for (StreamId stream : streams) {
+    if (auto done = driver_.synchronize_stream(stream); !done) return done;
+    observers_.notify([](AllocatorObserver& observer) { observer.synchronized(false); });
+  }
+  return {};
+}
+
+Result<void> Mapper::unmap_region(Region& region) {
+  std::uint64_t pages = 0;
+  Bytes bytes = 0;
+  Result<void> failure;
+  for (std::size_t slot = region.table_begin(); slot < region.table_end() && region.mapped > 0; ++slot) {
+    if (region.page_granules_at(slot) == 0) continue;
+    if (auto done = driver_.unmap(region.slot_address(slot, granule_)); !done) {
+      failure = std::move(done);
+      break;
+    }
+    const Page page = region.clear_page(slot);
+    pool_.put(page);
+    ++pages;
+    bytes += page.granules * granule_;
+  }
+  if (pages > 0) observers_.notify([&](AllocatorObserver& observer) { observer.pages_unmapped(pages, bytes); });
+  return failure;
+}
+
+Result<HostBuffer> Mapper::back_up(Address at, Bytes size) {
+  auto backup = driver_.allocate_host(size);
+  if (!backup) return backup;
+  if (auto copied = driver_.copy_to_host(*backup, at, size); !copied) {
+    free_backup(*backup);
+    return std::move(copied).error();
+  }
+  return backup;
+}
+
+void Mapper::free_backup(const HostBuffer& backup) {
+  if (!driver_.free_host(backup)) stale_backups_.push_back(backup);
 }
 
 bool Mapper::prove_idle(std::span<const StreamId> streams, std::span<const EventId> events) {

@@ -40,7 +40,10 @@ class Mapper {
  public:
   Mapper(Driver& driver, Observers& observers)
       : driver_(driver), observers_(observers), granule_(driver.granularity()) {}
-  ~Mapper() { destroy_events(stale_events_); }
+  ~Mapper() {
+    destroy_events(stale_events_);
+    for (const HostBuffer& backup : stale_backups_) (void)driver_.free_host(backup);
+  }
   Mapper(const Mapper&) = delete;
   Mapper& operator=(const Mapper&) = delete;
 
@@ -82,19 +85,32 @@ class Mapper {
   };
   Unmapped unmap_idle(std::span<const IdlePage> idle, std::vector<Page>* taken);
 
-  // A shared block's mappings, in order (the slivers' granules with map_part), then access over its whole
-  // range. On a failure what was mapped stays mapped (marked so) for take_apart to undo.
+  // A shared block's mappings not mapped yet, in order (the slivers' granules with map_part), then access
+  // over its whole range. On a failure what was mapped stays mapped (marked so) for take_apart to undo.
   Result<void> map_shared(SharedBlock& shared);
-  // Unmaps what a shared block maps, pooling its own pages (not the lent granules); false when an unmap
-  // failed (what was done stays done).
-  bool unmap_shared(SharedBlock& shared);
+  // Unmaps what a shared block maps, pooling its own pages (not the lent granules), until an unmap fails
+  // (what was done stays done).
+  Result<void> unmap_shared(SharedBlock& shared);
+
+  // Pausing a tag (tag_pause.cpp). The proof: every stream in `streams` finished what was queued before now.
+  Result<void> synchronize(std::span<const StreamId> streams);
+  // Unmaps every page of the region, pooling them, until one unmap fails (what was done stays done). The
+  // caller proved the device done with the live blocks over them and backed up what it keeps.
+  Result<void> unmap_region(Region& region);
+  // A host copy of `size` bytes at `at` (allocate_host, then copy_to_host); nothing is left on a failure.
+  Result<HostBuffer> back_up(Address at, Bytes size);
+  Result<void> restore(Address at, const HostBuffer& backup, Bytes size) {
+    return driver_.copy_to_device(at, backup, size);
+  }
+  // A free that fails is tried again at the next retry_stale_events(): host memory is never leaked.
+  void free_backup(const HostBuffer& backup);
 
   // Stream order.
   Result<EventId> record_event(StreamId stream);
   // A destroy that fails is tried again at the next retry_stale_events(): never leaked.
   void destroy_event(EventId event);
   void retry_stale_events();
-  bool has_stale_events() const noexcept { return !stale_events_.empty(); }
+  bool has_stale_events() const noexcept { return !stale_events_.empty() || !stale_backups_.empty(); }
   Result<bool> query_event(EventId event) { return driver_.query_event(event); }
   Result<void> wait_event(EventId event) { return driver_.synchronize_event(event); }
 
@@ -115,6 +131,7 @@ class Mapper {
   Bytes held_ = 0;
   PagePool pool_;
   std::vector<EventId> stale_events_;  // events whose destroy failed
+  std::vector<HostBuffer> stale_backups_;  // host buffers whose free failed
 };
 
 }  // namespace tessera::core

@@ -1,4 +1,4 @@
-// Placement (layer 3) for one (stream, pool): where in its arena a block goes. It keeps the free index,
+// Placement (layer 3) for one (stream, pool, tag): where in its arena a block goes. It keeps the free index,
 // chooses a free block (best fit, or a good fit where the arena grows down), carves blocks from it and
 // merges freed blocks with their free neighbours. Pure host code: it never calls a driver.
 //
@@ -23,9 +23,9 @@ class Placement {
  public:
   // `reclaim_list` is shared by every placement of one allocator: free blocks that may hold idle pages, in
   // the order they were freed. The placement keeps it current as blocks are carved and merged.
-  Placement(std::uint32_t index, StreamId stream, MemoryPool pool, Bytes granule, bool grows_down,
+  Placement(std::uint32_t index, StreamId stream, MemoryPool pool, TagId tag, Bytes granule, bool grows_down,
             ReclaimList& reclaim_list)
-      : arena_(index, stream, pool, granule), grows_down_(grows_down), reclaim_list_(reclaim_list), free_(grows_down) {}
+      : arena_(index, stream, pool, tag, granule), grows_down_(grows_down), reclaim_list_(reclaim_list), free_(grows_down) {}
   ~Placement();
   Placement(const Placement&) = delete;
   Placement& operator=(const Placement&) = delete;

@@ -27,6 +27,7 @@ struct SharedBlock {
   Block block;  // arena null
   MemoryPool pool = MemoryPool::large;
   StreamId stream{};
+  TagId tag = default_tag;
   Address base = 0;
   Bytes span = 0;
   std::vector<SharedMapping> mappings;

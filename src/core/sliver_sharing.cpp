@@ -39,12 +39,18 @@ SharedBlock* TesseraAllocatorImpl::shared_of(const Block* block) {
   return nullptr;
 }
 
+const SharedBlock* TesseraAllocatorImpl::shared_of(const Block* block) const {
+  return const_cast<TesseraAllocatorImpl*>(this)->shared_of(block);
+}
+
 // Heads: free blocks that start inside a mapped slot and run to its end. Tails: free blocks that end inside
-// a mapped slot they cover from its start.
-void TesseraAllocatorImpl::find_slivers(StreamId stream, std::vector<Sliver>& heads, std::vector<Sliver>& tails) const {
+// a mapped slot they cover from its start. Only in arenas of the request's tag: a granule is never under
+// live blocks of two tags, so that pausing one never takes the other's bytes.
+void TesseraAllocatorImpl::find_slivers(StreamId stream, TagId tag, std::vector<Sliver>& heads,
+                                        std::vector<Sliver>& tails) const {
   for (const auto& placement : placements_) {
     const Arena* arena = &placement->arena();
-    if (!same_stream(arena->stream(), stream)) continue;
+    if (!same_stream(arena->stream(), stream) || arena->tag() != tag) continue;
     placement->visit_free([&](const Block* block) {
       const Region& region = arena->region_of(*block);
       auto granule_at = [&](std::size_t slot) -> std::optional<Page> {
@@ -74,11 +80,11 @@ void TesseraAllocatorImpl::find_slivers(StreamId stream, std::vector<Sliver>& he
   }
 }
 
-Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes requested, StreamId stream,
+Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes requested, StreamId stream, TagId tag,
                                                          std::size_t max_middle) {
   std::vector<Sliver> heads;
   std::vector<Sliver> tails;
-  find_slivers(stream, heads, tails);
+  find_slivers(stream, tag, heads, tails);
   if (heads.empty() && tails.empty()) return make_error(Errc::out_of_memory, "no sliver to share");
 
   // The plan: the fewest whole pages between; then the least sliver left over beside what it uses (best
@@ -159,6 +165,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   auto shared = std::make_unique<SharedBlock>();
   shared->pool = pool_for(rounded);
   shared->stream = stream;
+  shared->tag = tag;
   shared->base = *base;
   shared->span = span;
   Block& block = shared->block;
@@ -231,7 +238,7 @@ Result<void> TesseraAllocatorImpl::free_shared(Block* block) {
 // call failed: what was done stays done, and the rest is tried again later.
 bool TesseraAllocatorImpl::take_apart(Block* block) {
   SharedBlock* shared = shared_of(block);
-  if (!mapper_.unmap_shared(*shared)) return false;
+  if (!mapper_.unmap_shared(*shared).ok()) return false;
   // Nothing maps the slivers twice any more: their bytes are free again at home.
   std::erase_if(shared->mappings, [&](const SharedMapping& mapping) {
     if (mapping.is_sliver()) placement_of(*mapping.home).give_back(mapping.lent, ++clock_);

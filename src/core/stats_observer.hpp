@@ -65,6 +65,8 @@ class StatsObserver final : public AllocatorObserver {
   }
   void alloc_retried() override { stats_.common.num_alloc_retries += 1; }
   void out_of_memory(Bytes) override { stats_.common.num_ooms += 1; }
+  void tag_paused(TagId, Bytes, Bytes) override { stats_.pauses += 1; }
+  void tag_resumed(TagId, Bytes) override { stats_.resumes += 1; }
 
   const TesseraStats& stats() const noexcept { return stats_; }
 

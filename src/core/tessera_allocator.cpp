@@ -66,6 +66,7 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   }
   mapper_.release_all_pooled();
   mapper_.destroy_events(events);
+  for (const auto& [block, backup] : backups_) mapper_.free_backup(backup);
 }
 
 Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
@@ -73,7 +74,14 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   if (size > limit_) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
   const MemoryPool pool = pool_for(rounded);
-  Placement& placement = placement_for(stream, pool);
+  const TagId tag = current_tag();
+  Placement* found = placement_for(stream, pool, tag);
+  if (found == nullptr) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("tessera: allocating {} bytes under tag '{}', which is paused (resume it first)",
+                                  size, tag_name(tag)));
+  }
+  Placement& placement = *found;
   // The free block the request goes into, handed down the ladder until something changes the free blocks.
   Block* fit = nullptr;
   if (pending_.empty() && !mapper_.has_stale_events()) {
@@ -90,7 +98,7 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   const bool share = share_slivers_;
   auto over_slivers = [&](std::size_t max_middle) -> std::optional<Result<Address>> {
     if (!share) return std::nullopt;
-    auto shared = place_over_slivers(rounded, size, stream, max_middle);
+    auto shared = place_over_slivers(rounded, size, stream, tag, max_middle);
     if (shared || shared.error().code != Errc::out_of_memory) return shared;
     return std::nullopt;
   };
@@ -127,6 +135,7 @@ Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
                                                    address));
   }
   Block* block = live_.value_at(slot);
+  if (paused_tags_ > 0 && is_paused(block)) return free_paused(block);
   Arena* arena = block->arena;
   if (arena == nullptr) return free_shared(block);
   const BlockEvent event = block_event(*arena, *block);
@@ -199,21 +208,24 @@ Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
   return align_up(size, minimum_block);
 }
 
-Placement& TesseraAllocatorImpl::find_or_add_placement(ArenaKey key) {
+Placement* TesseraAllocatorImpl::find_or_add_placement(ArenaKey key) {
+  const auto [raw_stream, pool, tag] = key;
+  const TagState* state = state_of(tag);
+  if (state != nullptr && state->paused) return nullptr;
+  if (state == nullptr) tag_states_.push_back({tag});
   auto found = placement_by_key_.find(key);
   if (found == placement_by_key_.end()) {
-    const auto stream = static_cast<StreamId>(key.first);
-    const MemoryPool pool = key.second;
+    const auto stream = static_cast<StreamId>(raw_stream);
     // Large arenas grow down (placement.hpp says why), except where pages run on past a block into the free
     // space above it (page_max above the granule), which needs the space above free.
     const bool grows_down = pool == MemoryPool::large && page_max_granules_ == 1;
     const auto index = static_cast<std::uint32_t>(placements_.size());
-    placements_.push_back(std::make_unique<Placement>(index, stream, pool, granule_, grows_down, reclaim_list_));
+    placements_.push_back(std::make_unique<Placement>(index, stream, pool, tag, granule_, grows_down, reclaim_list_));
     found = placement_by_key_.emplace(key, placements_.back().get()).first;
   }
   last_key_ = key;
   last_placement_ = found->second;
-  return *last_placement_;
+  return last_placement_;
 }
 
 // A product past 2^64 saturates to the largest granule multiple, which the driver then refuses to reserve.

@@ -6,6 +6,7 @@
 //   page_backing.cpp          which pages back a block: pooled, new, or taken from idle blocks
 //   page_reclaim.cpp          taking idle pages back, giving chunks back, garbage collection
 //   sliver_sharing.cpp        the ladder's last step: a block over slivers of half-used granules
+//   tag_pause.cpp             pausing and resuming the memory of a tag
 //   allocator_inspection.cpp  stats, snapshot, history, the out-of-memory report and check()
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -46,8 +48,11 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   std::optional<std::string> check() const override;
   void record_history(std::size_t max_events) override;
   AllocationHistory history() const override;
+  std::vector<std::string> tags() const override;
 
  protected:
+  Result<void> do_pause(std::string_view tag, bool backup) override;
+  Result<void> do_resume(std::string_view tag) override;
   Result<Address> do_allocate(Bytes size, StreamId stream) override;
   Result<void> do_deallocate(Address address) override;
   Result<void> do_record_stream(Address address, StreamId stream) override;
@@ -90,7 +95,14 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
     }
   };
 
-  using ArenaKey = std::pair<std::uintptr_t, MemoryPool>;  // every bit of the stream counts
+  using ArenaKey = std::tuple<std::uintptr_t, MemoryPool, TagId>;  // every bit of the stream counts
+
+  // A tag this allocator has allocated under. Its arenas are those whose tag it is; a shared block has its
+  // tag too.
+  struct TagState {
+    TagId tag;
+    bool paused = false;
+  };
 
   static BlockEvent block_event(const Arena& arena, const Block& block) {
     return BlockEvent{block.address, block.size, block.requested, arena.stream(), arena.pool()};
@@ -105,12 +117,13 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   MemoryPool pool_for(Bytes rounded) const noexcept {
     return rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
   }
-  Placement& placement_for(StreamId stream, MemoryPool pool) {
-    const ArenaKey key{static_cast<std::uintptr_t>(stream), pool};
-    if (last_placement_ != nullptr && last_key_ == key) return *last_placement_;  // a loop allocates alike
+  // Null when the tag is paused (last_placement_ is never a paused tag's).
+  Placement* placement_for(StreamId stream, MemoryPool pool, TagId tag) {
+    const ArenaKey key{static_cast<std::uintptr_t>(stream), pool, tag};
+    if (last_placement_ != nullptr && last_key_ == key) return last_placement_;  // a loop allocates alike
     return find_or_add_placement(key);
   }
-  Placement& find_or_add_placement(ArenaKey key);
+  Placement* find_or_add_placement(ArenaKey key);
   Placement& placement_of(const Arena& arena) { return *placements_[arena.index()]; }
   Bytes region_span(Bytes at_least) const;
   // The granules a contiguous placement in `fit` (null: none) would still need pages for.
@@ -143,14 +156,36 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   // sliver_sharing.cpp
   bool can_share_slivers() const noexcept;
   // Fails (out of memory) when it would need more than max_middle whole pages between the slivers.
-  Result<Address> place_over_slivers(Bytes rounded, Bytes requested, StreamId stream, std::size_t max_middle);
-  void find_slivers(StreamId stream, std::vector<Sliver>& heads, std::vector<Sliver>& tails) const;
+  Result<Address> place_over_slivers(Bytes rounded, Bytes requested, StreamId stream, TagId tag,
+                                     std::size_t max_middle);
+  void find_slivers(StreamId stream, TagId tag, std::vector<Sliver>& heads, std::vector<Sliver>& tails) const;
   Result<void> free_shared(Block* block);
   bool take_apart(Block* block);
   SharedBlock* shared_of(const Block* block);
+  const SharedBlock* shared_of(const Block* block) const;
+
+  // tag_pause.cpp
+  TagState* state_of(TagId tag);
+  const TagState* state_of(TagId tag) const;
+  TagId tag_of(const Block* block) const;
+  bool is_paused(const Block* block) const;
+  Result<TagId> known_tag(std::string_view name, std::string_view operation) const;
+  Result<void> prove_tag_idle(TagId tag);
+  Result<void> back_up_tag(TagId tag);
+  void drop_backup(const Block* block);
+  // Unmaps every page under the tag (its shared blocks first: they map granules of its regions), pooling them.
+  Result<void> unmap_tag(TagId tag);
+  Result<void> map_tag(TagId tag, std::size_t& missing);
+  Result<void> remap_shared(SharedBlock& shared);
+  Result<void> restore_backups(TagId tag);
+  Result<void> free_paused(Block* block);
+  template <class Visit>
+  void visit_live_blocks(TagId tag, Visit&& visit);
 
   // allocator_inspection.cpp
   AllocatorSnapshot snapshot_locked() const;
+  std::vector<TagStats> tag_stats() const;
+  std::optional<std::string> check_tags() const;
   std::optional<std::string> check_shared(Bytes& requested, Bytes& allocated, std::size_t& live_blocks,
                                           std::size_t lent_blocks, std::size_t& mapped_slots,
                                           std::unordered_map<std::uint64_t, std::size_t>& mapped_of_chunk) const;
@@ -180,6 +215,10 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   std::unordered_map<const Block*, std::vector<StreamId>> extra_streams_;
   std::vector<Pending> pending_;
   std::vector<std::unique_ptr<SharedBlock>> shared_;
+  std::vector<TagState> tag_states_;  // in the order first used
+  std::size_t paused_tags_ = 0;       // so that a free checks for a paused block only while one may exist
+  // The host copies of paused live blocks, by block, and their sizes.
+  std::unordered_map<const Block*, HostBuffer> backups_;
   Backing backing_;
   detail::ForkGuardMembership fork_membership_{*this, detail::ForkRank::allocator};  // last: leaves first
 };

@@ -1,0 +1,351 @@
+// Pausing and resuming the memory of a tag (policy; allocator.hpp states the contract).
+//
+// A tag's blocks live in arenas of their own (the arena key holds the tag), so its pages sit under its own
+// regions: a pause unmaps every page of those regions — live blocks' and cached ones — and the regions
+// themselves stay reserved, their blocks where they were. A paused live block keeps its address because
+// its block stays in its region, live; the placement never carves from it. The pages go to the pool and
+// from there back to the device; other tags go on allocating, stitching and collecting garbage with them.
+// A resume backs each paused live block again as an allocation is backed (page_backing.cpp): pooled
+// pages, then idle pages taken back from anywhere, then new ones.
+//
+// Shared blocks (sliver_sharing.cpp) take slivers only from arenas of their own tag, so a pause never
+// takes another tag's bytes. Theirs are unmapped first and mapped last: they map granules of the tag's
+// regions a second time.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "core/tessera_allocator.hpp"
+
+namespace tessera::core {
+
+TesseraAllocatorImpl::TagState* TesseraAllocatorImpl::state_of(TagId tag) {
+  for (TagState& state : tag_states_) {
+    if (state.tag == tag) return &state;
+  }
+  return nullptr;
+}
+
+const TesseraAllocatorImpl::TagState* TesseraAllocatorImpl::state_of(TagId tag) const {
+  return const_cast<TesseraAllocatorImpl*>(this)->state_of(tag);
+}
+
+TagId TesseraAllocatorImpl::tag_of(const Block* block) const {
+  return block->arena != nullptr ? block->arena->tag() : shared_of(block)->tag;
+}
+
+bool TesseraAllocatorImpl::is_paused(const Block* block) const {
+  const TagState* state = state_of(tag_of(block));
+  return state != nullptr && state->paused;
+}
+
+std::vector<std::string> TesseraAllocatorImpl::tags() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> names;
+  for (const TagState& state : tag_states_) names.push_back(tag_name(state.tag));
+  return names;
+}
+
+Result<TagId> TesseraAllocatorImpl::known_tag(std::string_view name, std::string_view operation) const {
+  if (auto tag = find_tag(name); tag && state_of(*tag) != nullptr) return *tag;
+  std::string known;
+  for (const TagState& state : tag_states_) known += (known.empty() ? "'" : ", '") + tag_name(state.tag) + "'";
+  return make_error(Errc::not_found, fmt::format("tessera: {} of tag '{}': nothing was ever allocated under it here "
+                                                 "(tags here: {})",
+                                                 operation, name, known.empty() ? "none" : known));
+}
+
+template <class Visit>
+void TesseraAllocatorImpl::visit_live_blocks(TagId tag, Visit&& visit) {
+  for (const auto& placement : placements_) {
+    Arena& arena = placement->arena();
+    if (arena.tag() != tag) continue;
+    for (std::uint32_t index = 0; index < arena.regions().size(); ++index) {
+      for (Block* block = arena.region(index).first_block; block != nullptr; block = block->next) {
+        if (block->live) visit(arena, *block);
+      }
+    }
+  }
+}
+
+// The proof: the pending frees waited for (all of them: their blocks go back to their arenas), then a
+// synchronize of every stream the tag's blocks were used on.
+Result<void> TesseraAllocatorImpl::prove_tag_idle(TagId tag) {
+  if (auto done = process_pending(true); !done) return done;
+  std::vector<StreamId> streams;
+  auto add = [&](StreamId stream) {
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+  };
+  for (const auto& placement : placements_) {
+    if (placement->arena().tag() == tag) add(placement->arena().stream());
+  }
+  for (const auto& shared : shared_) {
+    if (shared->tag == tag) add(shared->stream);
+  }
+  for (const auto& [block, users] : extra_streams_) {
+    if (tag_of(block) == tag) std::for_each(users.begin(), users.end(), add);
+  }
+  return mapper_.synchronize(streams);
+}
+
+// A host copy of each live block's requested bytes; on a failure the copies made here go again.
+Result<void> TesseraAllocatorImpl::back_up_tag(TagId tag) {
+  if (!mapper_.capabilities().host_backup) {
+    return make_error(Errc::unsupported, "the driver cannot copy device memory to host memory (no host_backup)");
+  }
+  std::vector<const Block*> made;
+  Result<void> failure;
+  auto back_up = [&](Block& block) {
+    if (!failure.ok() || block.lent || backups_.contains(&block)) return;
+    auto backup = mapper_.back_up(block.address, block.requested);
+    if (!backup) {
+      failure = std::move(backup).error();
+      return;
+    }
+    backups_.emplace(&block, *backup);
+    made.push_back(&block);
+  };
+  visit_live_blocks(tag, [&](Arena&, Block& block) { back_up(block); });
+  for (const auto& shared : shared_) {
+    if (shared->tag == tag && shared->block.live) back_up(shared->block);
+  }
+  if (!failure.ok()) {
+    for (const Block* block : made) drop_backup(block);
+  }
+  return failure;
+}
+
+void TesseraAllocatorImpl::drop_backup(const Block* block) {
+  auto found = backups_.find(block);
+  if (found == backups_.end()) return;
+  mapper_.free_backup(found->second);
+  backups_.erase(found);
+}
+
+Result<void> TesseraAllocatorImpl::unmap_tag(TagId tag) {
+  for (const auto& shared : shared_) {
+    if (shared->tag != tag) continue;
+    if (auto done = mapper_.unmap_shared(*shared); !done) return done;
+  }
+  for (const auto& placement : placements_) {
+    Arena& arena = placement->arena();
+    if (arena.tag() != tag) continue;
+    for (std::uint32_t index = 0; index < arena.regions().size(); ++index) {
+      if (auto done = mapper_.unmap_region(arena.region(index)); !done) return done;
+    }
+  }
+  return {};
+}
+
+// Every granule a live block of the tag touches gets a page again. `missing`: the granules that lacked one.
+Result<void> TesseraAllocatorImpl::map_tag(TagId tag, std::size_t& missing) {
+  missing = 0;
+  visit_live_blocks(tag, [&](Arena& arena, Block& block) {
+    const Region& region = arena.region_of(block);
+    const SlotRange touched = arena.touched_slots(block);
+    for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
+      // A granule shared with the block before it is counted there.
+      const bool counted = slot == touched.first && block.previous != nullptr && block.previous->live &&
+                           arena.touched_slots(*block.previous).end() > slot;
+      missing += !counted && !region.is_mapped(slot) ? 1 : 0;
+    }
+  });
+  for (const auto& shared : shared_) {
+    if (shared->tag != tag || !shared->block.live) continue;
+    for (const SharedMapping& mapping : shared->mappings) {
+      if (!mapping.is_sliver() && !mapping.mapped) missing += mapping.page.granules;
+    }
+  }
+  // Idle pages are taken back once for all the blocks, before any new page is created for them.
+  if (const std::size_t pooled = mapper_.pool().granules(); missing > pooled) {
+    if (auto taken = reclaim(missing - pooled, nullptr); !taken) return std::move(taken).error();
+  }
+  Result<void> failure;
+  visit_live_blocks(tag, [&](Arena& arena, Block& block) {
+    if (failure.ok()) failure = back_with_pages(arena, block, true, backing_);
+  });
+  if (!failure.ok()) return failure;
+  for (const auto& shared : shared_) {
+    if (shared->tag != tag || !shared->block.live) continue;
+    if (auto done = remap_shared(*shared); !done) return done;
+  }
+  return {};
+}
+
+// A shared block's own pages come from the pool or are created (within the limit); its slivers are the
+// granules its lent blocks' slots map now.
+Result<void> TesseraAllocatorImpl::remap_shared(SharedBlock& shared) {
+  std::vector<SharedMapping> fresh;
+  auto give_back_fresh = [&] {
+    for (const SharedMapping& mapping : fresh) {
+      if (!mapping.is_sliver() && !mapping.mapped) mapper_.pool().put(mapping.page);
+    }
+  };
+  for (const SharedMapping& mapping : shared.mappings) {
+    if (mapping.mapped) {
+      fresh.push_back(mapping);
+      continue;
+    }
+    if (mapping.is_sliver()) {
+      const Region& region = mapping.home->region_of(*mapping.lent);
+      SharedMapping sliver = mapping;
+      sliver.page = region.granule_at(mapping.home->slot_of(region, mapping.lent->address));
+      fresh.push_back(sliver);
+      continue;
+    }
+    std::size_t slot = mapping.slot;
+    std::uint32_t needed = mapping.page.granules;
+    while (needed > 0) {
+      std::optional<Page> page = mapper_.pool().take_at_most(needed, pages_split());
+      if (!page) {
+        std::uint32_t granules =
+            static_cast<std::uint32_t>(std::min<Bytes>(needed, (limit_ - std::min(limit_, mapper_.held())) / granule_));
+        if (granules == 0) {
+          give_back_fresh();
+          return make_error(Errc::out_of_memory, "no page for a shared block");
+        }
+        auto chunk = mapper_.create_chunk(granules);
+        if (!chunk) {
+          give_back_fresh();
+          return std::move(chunk).error();
+        }
+        page = Page{*chunk, granules, 0};
+      }
+      fresh.push_back({slot, *page, nullptr, nullptr, false});
+      slot += page->granules;
+      needed -= page->granules;
+    }
+  }
+  shared.mappings = std::move(fresh);
+  if (auto mapped = mapper_.map_shared(shared); !mapped) {
+    // What was not mapped goes back to the pool; what was is undone by the caller's unmap_tag.
+    for (SharedMapping& mapping : shared.mappings) {
+      if (!mapping.is_sliver() && !mapping.mapped) mapper_.pool().put(mapping.page);
+    }
+    return mapped;
+  }
+  return {};
+}
+
+Result<void> TesseraAllocatorImpl::restore_backups(TagId tag) {
+  for (const auto& [block, backup] : backups_) {
+    if (tag_of(block) != tag) continue;
+    if (auto done = mapper_.restore(block->address, backup, block->requested); !done) return done;
+  }
+  return {};
+}
+
+// A paused block's bytes are nowhere on the device and no work can be queued on them: it goes at once.
+Result<void> TesseraAllocatorImpl::free_paused(Block* block) {
+  drop_backup(block);
+  extra_streams_.erase(block);
+  live_.erase(block->address);
+  if (Arena* arena = block->arena; arena != nullptr) {
+    const BlockEvent event = block_event(*arena, *block);
+    placement_of(*arena).give_back(block, ++clock_);
+    notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
+    return {};
+  }
+  const SharedBlock* shared = shared_of(block);
+  const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool};
+  block->live = false;
+  block->pending = true;
+  if (!take_apart(block)) pending_.push_back({nullptr, block, {}});  // tried again at the next processing
+  notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
+  return {};
+}
+
+Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) {
+  std::lock_guard lock(mutex_);
+  auto tag = known_tag(name, "pause");
+  if (!tag) return std::move(tag).error();
+  TagState& state = *state_of(*tag);
+  if (!state.paused) {
+    if (auto done = prove_tag_idle(*tag); !done) {
+      return make_error(done.error().code, fmt::format("tessera: pause of tag '{}': proving the device done with its "
+                                                       "blocks failed; nothing changed: {}",
+                                                       name, done.error().message));
+    }
+    if (backup) {
+      if (auto done = back_up_tag(*tag); !done) {
+        return make_error(done.error().code, fmt::format("tessera: pause of tag '{}' with backup: copying its blocks "
+                                                         "to host memory failed; nothing changed: {}",
+                                                         name, done.error().message));
+      }
+    }
+    state.paused = true;
+    ++paused_tags_;
+    last_placement_ = nullptr;
+    Bytes paused_bytes = 0;
+    visit_live_blocks(*tag, [&](Arena&, Block& block) { paused_bytes += block.lent ? 0 : block.size; });
+    for (const auto& shared : shared_) paused_bytes += shared->tag == *tag && shared->block.live ? shared->block.size : 0;
+    Bytes backup_bytes = 0;
+    for (const auto& [block, buffer] : backups_) backup_bytes += tag_of(block) == *tag ? buffer.size : 0;
+    notify([&](AllocatorObserver& observer) { observer.tag_paused(*tag, paused_bytes, backup_bytes); });
+  }
+  if (auto done = unmap_tag(*tag); !done) {
+    return make_error(done.error().code, fmt::format("tessera: pause of tag '{}': unmapping its pages failed; the tag "
+                                                     "is paused with its backups, and pausing it again unmaps the "
+                                                     "rest: {}",
+                                                     name, done.error().message));
+  }
+  if (auto done = mapper_.release_pooled(0); !done) {
+    return make_error(done.error().code, fmt::format("tessera: pause of tag '{}': giving its pages back to the device "
+                                                     "failed; they stay pooled, and pausing again retries: {}",
+                                                     name, done.error().message));
+  }
+  return {};
+}
+
+Result<void> TesseraAllocatorImpl::do_resume(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  auto tag = known_tag(name, "resume");
+  if (!tag) return std::move(tag).error();
+  TagState& state = *state_of(*tag);
+  if (!state.paused) return {};
+  mapper_.retry_stale_events();
+  std::size_t missing = 0;
+  if (auto mapped = map_tag(*tag, missing); !mapped) {
+    // Back to the state the pause left: nothing of the tag mapped, new pages given back.
+    (void)unmap_tag(*tag);
+    (void)mapper_.release_pooled(0);
+    const Error& error = mapped.error();
+    if (error.code != Errc::out_of_memory) {
+      return make_error(error.code, fmt::format("tessera: resume of tag '{}' failed; the tag stays paused with its "
+                                                "backups: {}",
+                                                name, error.message));
+    }
+    notify([&](AllocatorObserver& observer) { observer.out_of_memory(missing * granule_); });
+    const Bytes held = mapper_.held();
+    return make_error(Errc::out_of_memory,
+                      fmt::format("tessera: out of memory resuming tag '{}': its blocks need {} bytes of pages; {} "
+                                  "bytes are free on the device under the limit of {} and {} pooled. The tag stays "
+                                  "paused with its backups: free memory and resume again ({})",
+                                  name, missing * granule_, limit_ - std::min(limit_, held), limit_,
+                                  mapper_.pool().granules() * granule_, error.message));
+  }
+  if (auto restored = restore_backups(*tag); !restored) {
+    return make_error(restored.error().code, fmt::format("tessera: resume of tag '{}': copying its backups back "
+                                                         "failed; the tag stays paused with every backup and its "
+                                                         "pages mapped, and resuming again copies them: {}",
+                                                         name, restored.error().message));
+  }
+  Bytes resumed = 0;
+  visit_live_blocks(*tag, [&](Arena&, Block& block) { resumed += block.lent ? 0 : block.size; });
+  for (const auto& shared : shared_) resumed += shared->tag == *tag && shared->block.live ? shared->block.size : 0;
+  for (auto backup = backups_.begin(); backup != backups_.end();) {
+    if (tag_of(backup->first) != *tag) {
+      ++backup;
+      continue;
+    }
+    mapper_.free_backup(backup->second);
+    backup = backups_.erase(backup);
+  }
+  state.paused = false;
+  --paused_tags_;
+  notify([&](AllocatorObserver& observer) { observer.tag_resumed(*tag, resumed); });
+  return {};
+}
+
+}  // namespace tessera::core

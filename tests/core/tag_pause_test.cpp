@@ -1,0 +1,365 @@
+// Pausing and resuming memory by tag, on the host driver (real memory: a memfd is the device), with the
+// data oracle: every live block keeps what was written into it, through pause and resume with backup,
+// stitching and garbage collection in between, and a failure injected at any driver call.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "support/must.hpp"
+#include "tessera/allocator.hpp"
+#include "tessera/driver_decorators.hpp"
+#include "tessera/drivers.hpp"
+#include "tessera/tags.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr Bytes granule = 64 * KiB;
+
+using test_support::must;
+
+const TagStats& stats_of(const TesseraStats& stats, std::string_view tag) {
+  for (const TagStats& entry : stats.tags) {
+    if (entry.tag == tag) return entry;
+  }
+  throw std::runtime_error("no statistics for tag " + std::string(tag));
+}
+
+class TagPauseTest : public ::testing::Test {
+ protected:
+  // host driver → fault injector → counter → allocator.
+  void make(std::size_t granules, std::string_view conf = "") {
+    auto faults = std::make_unique<FaultInjectingDriver>(
+        must(make_host_driver({.capacity = granules * granule, .granularity = granule})));
+    faults_ = faults.get();
+    driver_ = std::make_unique<CountingDriver>(std::move(faults));
+    allocator_ = must(make_tessera_allocator(*driver_, must(parse_allocator_config(conf))));
+  }
+
+  void TearDown() override {
+    if (!allocator_) return;
+    faults_->clear_all();
+    EXPECT_EQ(allocator_->check(), std::nullopt);
+    for (const auto& [address, seed] : live_) free(address, false);
+    live_.clear();
+    must(allocator_->empty_cache());
+    allocator_.reset();
+    EXPECT_EQ(driver_->census(), DriverCensus{}) << "left behind by the allocator";
+  }
+
+  Address allocate(Bytes size, std::string_view tag = "default") {
+    TagScope scope(tag);
+    const Address block = must(allocator_->allocate(size));
+    const auto seed = static_cast<unsigned char>(next_seed_++ * 37 + 11);
+    sizes_[block] = size;
+    live_[block] = seed;
+    tags_[block] = std::string(tag);
+    fill(block, seed);
+    return block;
+  }
+  void free(Address block, bool forget = true) {
+    must(allocator_->deallocate(block));
+    if (forget) live_.erase(block);
+  }
+  void fill(Address at, unsigned char seed) {
+    std::vector<unsigned char> bytes(sizes_.at(at));
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(seed + i * 13);
+    must(driver_->write(at, bytes.data(), bytes.size()));
+  }
+  bool holds(Address at) {
+    std::vector<unsigned char> bytes(sizes_.at(at));
+    must(driver_->read(at, bytes.data(), bytes.size()));
+    const unsigned char seed = live_.at(at);
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      if (bytes[i] != static_cast<unsigned char>(seed + i * 13)) return false;
+    }
+    return true;
+  }
+  // Every live block not under `paused` holds its bytes.
+  void expect_intact(std::string_view paused = "") {
+    for (const auto& [address, seed] : live_) {
+      if (tags_.at(address) != paused) EXPECT_TRUE(holds(address)) << "block " << std::hex << address;
+    }
+  }
+  std::vector<Address> blocks_of(std::string_view tag) const {
+    std::vector<Address> blocks;
+    for (const auto& [address, seed] : live_) {
+      if (tags_.at(address) == tag) blocks.push_back(address);
+    }
+    return blocks;
+  }
+
+  // Weights (several sizes, both pools) and a KV cache, with default-tag blocks between them.
+  void build_job() {
+    for (Bytes size : {Bytes{3000}, 200 * KiB, 1000 * KiB + 7, 3 * granule}) allocate(size, "weights");
+    allocate(5 * granule + 100);
+    for (Bytes size : {Bytes{512}, 130 * KiB, 2 * granule}) allocate(size, "kv_cache");
+    allocate(40 * KiB);
+  }
+
+  FaultInjectingDriver* faults_ = nullptr;
+  std::unique_ptr<CountingDriver> driver_;
+  std::unique_ptr<TesseraAllocator> allocator_;
+  std::map<Address, unsigned char> live_;
+  std::map<Address, Bytes> sizes_;
+  std::map<Address, std::string> tags_;
+  unsigned next_seed_ = 0;
+};
+
+TEST_F(TagPauseTest, BlocksCarryTheInnermostOpenTag) {
+  make(64);
+  const Address outside = allocate(1000);
+  Address inner = 0;
+  Address outer = 0;
+  {
+    TagScope weights("weights");
+    {
+      TagScope kv("kv_cache");
+      inner = must(allocator_->allocate(1000));
+    }
+    outer = must(allocator_->allocate(1000));
+  }
+  const TesseraStats stats = allocator_->tessera_stats();
+  EXPECT_EQ(stats_of(stats, "default").allocated_bytes, 1024u);
+  EXPECT_EQ(stats_of(stats, "weights").allocated_bytes, 1024u);
+  EXPECT_EQ(stats_of(stats, "kv_cache").allocated_bytes, 1024u);
+  EXPECT_EQ(allocator_->tags(), (std::vector<std::string>{"default", "kv_cache", "weights"}));
+  // No granule is under live blocks of two tags: each tag's blocks lie in regions of their own.
+  for (const SnapshotSegment& segment : allocator_->snapshot().segments) {
+    for (const SnapshotBlock& block : segment.blocks) {
+      if (block.address == inner) EXPECT_EQ(segment.tag, "kv_cache");
+      if (block.address == outer) EXPECT_EQ(segment.tag, "weights");
+      if (block.address == outside) EXPECT_EQ(segment.tag, "default");
+    }
+  }
+  must(allocator_->deallocate(inner));
+  must(allocator_->deallocate(outer));
+  EXPECT_FALSE(pop_tag()) << "every scope closed";
+}
+
+TEST_F(TagPauseTest, PauseWithBackupGivesThePagesBackAndResumeRestoresEveryByteAtTheSameAddress) {
+  make(256);
+  build_job();
+  const TesseraStats before = allocator_->tessera_stats();
+  const TagStats weights = stats_of(before, "weights");
+  ASSERT_GT(weights.reserved_bytes, 0u);
+  const DriverCensus census_before = driver_->census();
+
+  must(allocator_->pause("weights", true));
+  const TesseraStats paused = allocator_->tessera_stats();
+  const TagStats& weights_paused = stats_of(paused, "weights");
+  EXPECT_TRUE(weights_paused.paused);
+  EXPECT_EQ(weights_paused.reserved_bytes, 0u);
+  EXPECT_EQ(weights_paused.paused_bytes, weights.allocated_bytes);
+  EXPECT_EQ(weights_paused.allocated_bytes, weights.allocated_bytes) << "paused blocks stay allocated";
+  EXPECT_EQ(paused.common.allocated_bytes, before.common.allocated_bytes);
+  // The device holds what the other tags map, and nothing pooled: the memfd's blocks were freed.
+  const DriverCensus census = driver_->census();
+  EXPECT_EQ(census.page_bytes, census_before.page_bytes - weights.reserved_bytes - before.pooled_bytes);
+  EXPECT_EQ(census.page_bytes, paused.common.reserved_bytes);
+  EXPECT_EQ(census.host_buffers, blocks_of("weights").size());
+  EXPECT_GE(weights_paused.backup_bytes, 3000u + 200 * KiB + 1000 * KiB + 7 + 3 * granule);
+  expect_intact("weights");
+
+  must(allocator_->resume("weights"));
+  EXPECT_FALSE(stats_of(allocator_->tessera_stats(), "weights").paused);
+  EXPECT_EQ(driver_->census().host_buffers, 0u) << "backups freed";
+  expect_intact();  // at the addresses they had
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+}
+
+TEST_F(TagPauseTest, OtherTagsStitchAndCollectGarbageInThePausedTagsMemory) {
+  make(48, "garbage_collection_threshold:0.9");
+  for (int i = 0; i < 6; ++i) allocate(3 * granule, "weights");
+  std::vector<Address> scattered;
+  for (int i = 0; i < 6; ++i) {
+    scattered.push_back(allocate(2 * granule));
+    allocate(granule / 2);
+  }
+  for (Address block : scattered) free(block);  // idle pages scattered between live blocks
+  must(allocator_->pause("weights", true));
+  const TesseraStats paused = allocator_->tessera_stats();
+  // More than the device has free even without the weights: built from the weights' pages and, stitched
+  // in, the scattered idle ones.
+  const Address big = allocate(38 * granule);
+  EXPECT_GT(allocator_->tessera_stats().stitches, paused.stitches);
+  EXPECT_GT(allocator_->tessera_stats().pages_reclaimed, paused.pages_reclaimed);
+  expect_intact("weights");
+  free(big);
+  must(allocator_->resume("weights"));
+  expect_intact();
+}
+
+TEST_F(TagPauseTest, AllocatingUnderAPausedTagIsAnErrorNamingItAndFreeingAPausedBlockDropsItsBackup) {
+  make(64);
+  build_job();
+  must(allocator_->pause("kv_cache", true));
+  {
+    TagScope kv("kv_cache");
+    auto refused = allocator_->allocate(1000);
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().message.find("'kv_cache'"), std::string::npos) << refused.error().message;
+    EXPECT_NE(refused.error().message.find("paused"), std::string::npos) << refused.error().message;
+  }
+  allocate(1000);  // other tags go on
+  const std::vector<Address> kv = blocks_of("kv_cache");
+  free(kv.front());
+  EXPECT_EQ(driver_->census().host_buffers, kv.size() - 1);
+  must(allocator_->resume("kv_cache"));
+  expect_intact();
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+}
+
+TEST_F(TagPauseTest, AnUnknownTagIsAnErrorNamingItAndAPausedTagPausesOnce) {
+  make(64);
+  build_job();
+  auto unknown = allocator_->pause("optimizer", false);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, Errc::not_found);
+  EXPECT_NE(unknown.error().message.find("'optimizer'"), std::string::npos) << unknown.error().message;
+  EXPECT_FALSE(allocator_->resume("optimizer"));
+
+  must(allocator_->pause("weights", false));
+  driver_->reset();
+  const DriverCensus census = driver_->census();
+  must(allocator_->pause("weights", true));
+  EXPECT_EQ(driver_->tally().total_calls(), 0u) << "pausing a paused tag does nothing";
+  EXPECT_EQ(driver_->census(), census);
+  EXPECT_EQ(allocator_->tessera_stats().pauses, 1u);
+  must(allocator_->resume("weights"));  // without a backup: the contents are unspecified, the blocks usable
+  for (Address block : blocks_of("weights")) fill(block, live_.at(block));
+  must(allocator_->resume("weights"));  // not paused: nothing
+  EXPECT_EQ(allocator_->tessera_stats().resumes, 1u);
+  expect_intact();
+}
+
+TEST_F(TagPauseTest, ResumeOutOfMemoryIsAnAnswerThatKeepsEveryBackup) {
+  make(24);
+  const Address first = allocate(4 * granule, "weights");
+  allocate(2 * granule, "weights");
+  must(allocator_->pause("weights", true));
+  // The device is now full of other memory.
+  std::vector<Address> filler;
+  for (int i = 0; i < 11; ++i) filler.push_back(allocate(2 * granule));
+  auto refused = allocator_->resume("weights");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::out_of_memory);
+  const std::string& message = refused.error().message;
+  EXPECT_NE(message.find("'weights'"), std::string::npos) << message;
+  EXPECT_NE(message.find(std::to_string(6 * granule) + " bytes"), std::string::npos) << "says what it needs: " << message;
+  EXPECT_TRUE(stats_of(allocator_->tessera_stats(), "weights").paused);
+  EXPECT_EQ(driver_->census().host_buffers, 2u);
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+  free(filler[3]);
+  free(filler[7]);
+  free(filler[9]);
+  must(allocator_->resume("weights"));
+  EXPECT_TRUE(holds(first));
+  expect_intact();
+}
+
+// Every driver call of a pause and of a resume, failed once at its first, middle and last occurrence:
+// nothing is lost, check() holds, and trying again succeeds.
+TEST_F(TagPauseTest, AFailureAtAnyDriverCallOfPauseOrResumeLosesNothing) {
+  auto scenario = [&] {
+    make(64, "chunk_max_mb:0");
+    build_job();
+    for (Address block : blocks_of("default")) free(block);
+    allocate(3 * granule);  // cached memory beside the tags
+  };
+  scenario();
+  driver_->reset();
+  must(allocator_->pause("weights", true));
+  const CallTally pause_calls = driver_->tally();
+  driver_->reset();
+  must(allocator_->resume("weights"));
+  const CallTally resume_calls = driver_->tally();
+  allocator_.reset();
+  live_.clear();
+
+  int faults = 0;
+  for (const bool in_pause : {true, false}) {
+    const CallTally& calls = in_pause ? pause_calls : resume_calls;
+    for (std::size_t kind = 0; kind < driver_call_count; ++kind) {
+      const auto call = static_cast<DriverCall>(kind);
+      const std::uint64_t count = calls.calls_of(call);
+      if (count == 0) continue;
+      for (const std::uint64_t nth : {std::uint64_t{1}, (count + 1) / 2, count}) {
+        SCOPED_TRACE(::testing::Message() << (in_pause ? "pause" : "resume") << ", " << to_string(call) << " #" << nth);
+        scenario();
+        if (!in_pause) must(allocator_->pause("weights", true));
+        faults_->fail(call, nth);
+        auto first_try = in_pause ? allocator_->pause("weights", true) : allocator_->resume("weights");
+        faults_->clear_all();
+        if (!first_try) ++faults;
+        EXPECT_EQ(allocator_->check(), std::nullopt) << (first_try ? "" : first_try.error().message);
+        expect_intact("weights");
+        if (in_pause) must(allocator_->pause("weights", true));
+        must(allocator_->resume("weights"));
+        expect_intact();
+        must(allocator_->empty_cache());  // a free of a backup that failed is retried here
+        EXPECT_EQ(driver_->census().host_buffers, 0u);
+        TearDown();
+      }
+    }
+  }
+  EXPECT_GT(faults, 10) << "the faults reached pause and resume";
+}
+
+// One thread pauses and resumes a tag while others allocate, write and free under other tags.
+TEST(TagPauseThreadsTest, OtherTagsAllocateWhileOneIsPausedAndResumed) {
+  auto driver = must(make_host_driver({.capacity = 512 * granule, .granularity = granule}));
+  auto allocator = must(make_tessera_allocator(*driver));
+  std::vector<Address> kv;
+  {
+    TagScope scope("kv_cache");
+    for (int i = 0; i < 8; ++i) {
+      kv.push_back(must(allocator->allocate(100 * KiB)));
+      const std::vector<unsigned char> bytes(100 * KiB, static_cast<unsigned char>(i + 1));
+      must(driver->write(kv.back(), bytes.data(), bytes.size()));
+    }
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> workers;
+  for (int worker = 0; worker < 3; ++worker) {
+    workers.emplace_back([&, worker] {
+      TagScope scope(worker == 0 ? "default" : "worker" + std::to_string(worker));
+      for (int round = 0; !stop.load() || round < 50; ++round) {
+        const Bytes size = static_cast<Bytes>(1000 + (round * 7919 + worker * 104729) % (300 * KiB));
+        auto block = allocator->allocate(size);
+        if (!block) {
+          ++failures;
+          continue;
+        }
+        const unsigned char value = static_cast<unsigned char>(round + worker);
+        std::vector<unsigned char> bytes(size, value);
+        if (!driver->write(*block, bytes.data(), size)) ++failures;
+        std::vector<unsigned char> back(size);
+        if (!driver->read(*block, back.data(), size) || back != bytes) ++failures;
+        if (!allocator->deallocate(*block)) ++failures;
+        if (round > 2000) break;
+      }
+    });
+  }
+  for (int cycle = 0; cycle < 20; ++cycle) {
+    must(allocator->pause("kv_cache", true));
+    must(allocator->resume("kv_cache"));
+  }
+  stop = true;
+  for (std::thread& worker : workers) worker.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (std::size_t i = 0; i < kv.size(); ++i) {
+    std::vector<unsigned char> back(100 * KiB);
+    must(driver->read(kv[i], back.data(), back.size()));
+    EXPECT_EQ(back, std::vector<unsigned char>(100 * KiB, static_cast<unsigned char>(i + 1)));
+    must(allocator->deallocate(kv[i]));
+  }
+  EXPECT_EQ(allocator->check(), std::nullopt);
+}
+
+}  // namespace
+}  // namespace tessera
