@@ -40,9 +40,13 @@ enum class DriverCall : std::uint8_t {
   synchronize_stream,
   synchronize_device,
   copy,  // write() and read(): data access, for tests and checks
+  allocate_host,   // host buffers for backups, and copies between them and device memory
+  free_host,
+  copy_to_host,
+  copy_to_device,
 };
 
-inline constexpr std::size_t driver_call_count = static_cast<std::size_t>(DriverCall::copy) + 1;
+inline constexpr std::size_t driver_call_count = static_cast<std::size_t>(DriverCall::copy_to_device) + 1;
 
 std::string_view to_string(DriverCall call) noexcept;
 
@@ -67,6 +71,15 @@ struct DriverCapabilities {
   bool asynchronous = false;        // events may stay pending while the device works (CUDA, Ascend)
   bool partial_map = false;         // map_part(): a granule-aligned part of a page on its own (CUDA, host, sim)
   bool survives_fork = false;       // a child of fork() may go on using it (host: it copies its memory; sim)
+  bool host_backup = false;  // allocate_host / copy_to_host / copy_to_device (host, sim, CUDA, Ascend)
+};
+
+// A host buffer for backups: page-locked ("pinned") where the platform has it, so copies run at full speed.
+// data is null on drivers without data access (sim), which only account for the bytes.
+struct HostBuffer {
+  std::uint64_t id = 0;   // 0: no buffer
+  void* data = nullptr;
+  Bytes size = 0;
 };
 
 // What a driver holds right now; a leak check compares it with the state a test expects.
@@ -78,6 +91,8 @@ struct DriverCensus {
   std::size_t mappings = 0;
   Bytes mapped_bytes = 0;
   std::size_t events = 0;
+  std::size_t host_buffers = 0;  // allocate_host's buffers not yet freed
+  Bytes host_bytes = 0;
 
   bool operator==(const DriverCensus&) const = default;
 };
@@ -132,6 +147,17 @@ class Driver {
   // Data access through mapped, accessible memory (capability data_access).
   virtual Result<void> write(Address at, const void* source, Bytes size) = 0;
   virtual Result<void> read(Address at, void* destination, Bytes size) = 0;
+
+  // Host memory for backups, and copies between it and mapped, accessible device memory. Synchronous:
+  // the copy is complete when the call returns (the caller has already proven the device idle).
+  // Errors: a size of 0, or a copy larger than the buffer, is Errc::invalid_argument; a buffer this driver
+  // did not allocate (or freed) Errc::not_found; a device range not mapped (or without access where the
+  // platform needs it) Errc::not_mapped, as for write()/read(); no host memory left Errc::out_of_memory;
+  // a driver without the capability host_backup Errc::unsupported. A failed call changes nothing.
+  virtual Result<HostBuffer> allocate_host(Bytes size) = 0;
+  virtual Result<void> free_host(HostBuffer buffer) = 0;
+  virtual Result<void> copy_to_host(HostBuffer destination, Address source, Bytes size) = 0;
+  virtual Result<void> copy_to_device(Address destination, HostBuffer source, Bytes size) = 0;
 
   // Present on drivers whose streams are simulated (host, sim); null otherwise.
   virtual StreamControl* stream_control() noexcept { return nullptr; }
