@@ -1,7 +1,7 @@
 """torch_npu's statistics hooks, called as torch_npu calls them: the addresses of tessera_npu_get_device_stats and
 tessera_npu_reset_peak_stats turned back into functions (DeviceStats(*)(int), void(*)(int)), the struct read
 through a ctypes mirror of torch_npu's DeviceStats, after a seeded run of NPU allocations and frees on the
-stand-in libascendcl (TESSERA_ASCEND_LIBRARY; the host driver without it). Every field is checked against
+stand-in libascendcl (TESSERA_ASCEND_LIBRARY; the host driver without it; TESSERA_TEST_NPU_DRIVER forces one). Every field is checked against
 tessera.memory_stats() and against the run's own bookkeeping, peak reset included. torch_npu is not needed.
 
     TESSERA_ASCEND_LIBRARY=build/tests/libtessera_fake_ascend.so PYTHONPATH=python \\
@@ -48,9 +48,14 @@ def as_dict(stat):
 class StatsHookTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.fake = os.environ.get("TESSERA_ASCEND_LIBRARY")
-        if not cls.fake:
-            tessera.configure("host")
+        # The stand-in libascendcl in CTest; scripts/npu-check.sh runs this on the real one
+        # (TESSERA_TEST_NPU_DRIVER=ascend, TESSERA_ASCEND_LIBRARY naming CANN's libascendcl.so).
+        library = os.environ.get("TESSERA_ASCEND_LIBRARY")
+        cls.driver = os.environ.get("TESSERA_TEST_NPU_DRIVER") or ("ascend" if library else "host")
+        tessera.configure(cls.driver)
+        cls.fake = None  # the stand-in's controls, where they are
+        if cls.driver == "ascend" and library and hasattr(ctypes.CDLL(library), "fake_ascend_set_physical_limit"):
+            cls.fake = ctypes.CDLL(library)
         lib = _lib.library()
         lib.tessera_npu_alloc.restype = ctypes.c_void_p
         lib.tessera_npu_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
@@ -115,7 +120,7 @@ class StatsHookTest(unittest.TestCase):
                 live[address] = size
                 allocs += 1
             requested_peak = max(requested_peak, sum(live.values()))
-        self.assertEqual(tessera.driver(), "ascend" if self.fake else "host")
+        self.assertEqual(tessera.driver(), self.driver)
         stats = self.get_device_stats(0)
         self.check_against_memory_stats(stats)
         # The run's own bookkeeping.
@@ -160,7 +165,7 @@ class StatsHookTest(unittest.TestCase):
         self.assertGreaterEqual(freed.reserved_bytes[0].peak, freed.allocated_bytes[0].peak)  # pages under them
 
         if self.fake:  # the runtime's out of memory is counted in num_ooms
-            limit = ctypes.CDLL(self.fake).fake_ascend_set_physical_limit
+            limit = self.fake.fake_ascend_set_physical_limit
             limit.argtypes = [ctypes.c_size_t]
             limit(freed.reserved_bytes[0].current + 4 * MiB)
             self.assertIsNone(lib.tessera_npu_alloc(512 * MiB, 0, None))
