@@ -135,7 +135,8 @@ TESSERA_C_API const char* tessera_last_error(void);
 TESSERA_C_API const char* tessera_last_error_any_thread(void);
 TESSERA_C_API void tessera_clear_error(void);
 
-/* ---- Statistics, in PyTorch's vocabulary (memory_stats() keys in brackets). */
+/* ---- Statistics, in PyTorch's vocabulary (memory_stats() keys in brackets). Peaks are since the start or
+ * the last tessera_reset_peak_memory_stats. */
 typedef struct tessera_memory_stats {
   uint64_t allocated_bytes;        /* [allocated_bytes.all.current] live bytes after rounding */
   uint64_t allocated_bytes_peak;   /* [allocated_bytes.all.peak] */
