@@ -174,6 +174,19 @@ class StatsHookTest(unittest.TestCase):
             self.check_against_memory_stats(oom)
             limit(256 * MiB)  # the stand-in's default
 
+        # The package's reset: the same peaks start again, through the same C function.
+        largest = max(live, key=live.get)
+        lib.tessera_npu_free(largest, live.pop(largest), 0, None)
+        self.assertGreater(tessera.memory_stats(0)["allocated_bytes.all.peak"],
+                           tessera.memory_stats(0)["allocated_bytes.all.current"])
+        tessera.reset_peak_memory_stats("npu:0")
+        json = tessera.memory_stats(0)
+        for key in ("allocated_bytes.all", "requested_bytes.large_pool", "allocation.small_pool", "reserved_bytes.all",
+                    "segment.all"):
+            self.assertEqual(json[f"{key}.peak"], json[f"{key}.current"], key)
+        with self.assertRaises(tessera.TesseraError):
+            tessera.reset_peak_memory_stats(64)
+
         for address in list(live):
             lib.tessera_npu_free(address, live.pop(address), 0, None)
         tessera.empty_cache()
