@@ -50,8 +50,9 @@ def compare_stats(checks, when, torch_npu, tessera):
                  for key in COMPARED if theirs.get(key) != ours.get(TESSERA_KEY[key])]
     checks.check(f"{when}: torch_npu.npu.memory_stats() equals tessera.memory_stats() on {len(COMPARED)} keys",
                  not differing, "; ".join(differing[:6]))
-    checks.check(f"{when}: memory_allocated()", torch_npu.npu.memory_allocated(0) == ours["allocated_bytes.all.current"],
-                 f"{torch_npu.npu.memory_allocated(0)} vs {ours['allocated_bytes.all.current']}")
+    allocated = torch_npu.npu.memory_allocated(0)
+    checks.check(f"{when}: memory_allocated()", allocated == ours["allocated_bytes.all.current"],
+                 f"{allocated} vs {ours['allocated_bytes.all.current']}")
     checks.check(f"{when}: max_memory_reserved()",
                  torch_npu.npu.max_memory_reserved(0) == ours["reserved_bytes.all.peak"],
                  f"{torch_npu.npu.max_memory_reserved(0)} vs {ours['reserved_bytes.all.peak']}")

@@ -79,8 +79,8 @@ TESSERA_C_API void tessera_npu_record_stream(void* ptr, void* stream);
 /* NPUPluggableAllocator's statistics hooks (set_get_device_stats_fn, set_reset_peak_status_fn), through
  * which torch_npu.npu.memory_stats(), max_memory_reserved() and memory_summary() read Tessera's figures.
  * tessera_npu_device_stats is laid out as torch_npu's c10_npu::NPUCachingAllocator::DeviceStats
- * (torch_npu/csrc/core/npu/NPUCachingAllocator.h, torch_npu v2.7.1, the version whose NPUPluggableAllocator
- * first takes these hooks): Stat is {int64 current, peak, allocated, freed}; each StatArray is 3 Stats indexed
+ * (torch_npu/csrc/core/npu/NPUCachingAllocator.h, torch_npu v2.7.1, whose NPUPluggableAllocator takes these
+ * hooks): Stat is {int64 current, peak, allocated, freed}; each StatArray is 3 Stats indexed
  * aggregate, small_pool, large_pool. Untested against torch_npu itself (docs/pytorch.md). torch_npu's
  * set_snapshot_fn hook returns a C++ SnapshotInfo (std::vector members): a C function cannot be it, and
  * Tessera offers none. */

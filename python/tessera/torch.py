@@ -127,8 +127,9 @@ def _install_hooks(allocator, prefix, reset_name):
             getattr(handle, setter)(_address(lib, symbol))
 
 
-# torch_npu's statistics hooks (NPUPluggableAllocator, torch_npu 2.7.1 on), so that torch_npu.npu.memory_stats(),
-# max_memory_reserved() and memory_summary() read Tessera's figures (tessera_c.h: tessera_npu_device_stats).
+# torch_npu's statistics hooks (NPUPluggableAllocator of torch_npu 2.7.1; earlier ones may lack them), so that
+# torch_npu.npu.memory_stats(), max_memory_reserved() and memory_summary() read Tessera's figures (tessera_c.h:
+# tessera_npu_device_stats).
 _NPU_STATS_HOOKS = {
     "set_get_device_stats_fn": "tessera_npu_get_device_stats",
     "set_reset_peak_status_fn": "tessera_npu_reset_peak_stats",
@@ -150,7 +151,8 @@ def _install_npu_stats_hooks(allocator):
         notice += ("; this torch_npu lacks " + ", ".join(lacking) + " (torch_npu 2.7.1 has them), so "
                    "torch_npu.npu.memory_stats() cannot show Tessera's figures: read tessera.memory_stats()")
     # set_snapshot_fn's hook returns torch_npu's C++ SnapshotInfo (std::vector members): no C function can.
-    notice += "; set_snapshot_fn left unset (a C library cannot build its C++ SnapshotInfo): use tessera.dump_snapshot()"
+    notice += ("; set_snapshot_fn left unset (a C library cannot build its C++ SnapshotInfo): "
+               "use tessera.dump_snapshot()")
     pytorch_conf.tell_once(notice, lambda text: warnings.warn(text, stacklevel=6))  # at enable()'s caller
     return installed
 

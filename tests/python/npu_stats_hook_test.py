@@ -1,8 +1,9 @@
 """torch_npu's statistics hooks, called as torch_npu calls them: the addresses of tessera_npu_get_device_stats and
 tessera_npu_reset_peak_stats turned back into functions (DeviceStats(*)(int), void(*)(int)), the struct read
 through a ctypes mirror of torch_npu's DeviceStats, after a seeded run of NPU allocations and frees on the
-stand-in libascendcl (TESSERA_ASCEND_LIBRARY; the host driver without it; TESSERA_TEST_NPU_DRIVER forces one). Every field is checked against
-tessera.memory_stats() and against the run's own bookkeeping, peak reset included. torch_npu is not needed.
+stand-in libascendcl (TESSERA_ASCEND_LIBRARY; the host driver without it; TESSERA_TEST_NPU_DRIVER forces one).
+Every field is checked against tessera.memory_stats() and against the run's own bookkeeping, peak reset
+included. torch_npu is not needed.
 
     TESSERA_ASCEND_LIBRARY=build/tests/libtessera_fake_ascend.so PYTHONPATH=python \\
         python3 tests/python/npu_stats_hook_test.py
