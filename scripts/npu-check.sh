@@ -109,12 +109,14 @@ if [[ -z "$ascendcl" ]]; then
   echo "cann missing: no libascendcl.so; nothing run" >>"$OUT/summary.txt"
   exit 2
 fi
-log "CANN: libascendcl.so is $ascendcl${sourced:+ (environment from $sourced)}; ASCEND_HOME_PATH=${ASCEND_HOME_PATH:-unset}"
+log "CANN: libascendcl.so is $ascendcl${sourced:+ (environment from $sourced)};" \
+  "ASCEND_HOME_PATH=${ASCEND_HOME_PATH:-unset}"
 export TESSERA_ASCEND_LIBRARY="$ascendcl"
 
 # 2. torch_npu: missing is said now and fails the torch-npu step at the end; the driver steps still run.
 TORCH_NPU=1
-if ! torch_npu_version="$("$PYTHON" -c 'import torch, torch_npu; print(torch.__version__, torch_npu.__version__)' 2>&1)"; then
+versions='import torch, torch_npu; print(torch.__version__, torch_npu.__version__)'
+if ! torch_npu_version="$("$PYTHON" -c "$versions" 2>&1)"; then
   TORCH_NPU=0
   {
     echo "npu-check: torch_npu is missing for $PYTHON: ${torch_npu_version##*$'\n'}"
@@ -163,7 +165,8 @@ if run_step configure 120 cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD
   fi
   # 6. The C ABI's NPU entry points (over the stand-in) and the statistics hooks on the real driver.
   run_step capi-npu-tests 90 "$BUILD/tests/capi/tessera_capi_tests" --gtest_filter='*Ascend*:*Npu*' || STATUS=1
-  python_env=(env PYTHONPATH="$PWD/python" PYTHONDONTWRITEBYTECODE=1 TESSERA_LIBRARY="$PWD/$BUILD/src/capi/libtessera_c.so")
+  python_env=(env PYTHONPATH="$PWD/python" PYTHONDONTWRITEBYTECODE=1
+              TESSERA_LIBRARY="$PWD/$BUILD/src/capi/libtessera_c.so")
   run_step python-npu-stats 90 "${python_env[@]}" TESSERA_TEST_NPU_DRIVER=ascend "$PYTHON" \
     tests/python/npu_stats_hook_test.py || STATUS=1
   run_step python-npu-enable 90 "${python_env[@]}" "$PYTHON" tests/python/npu_enable_hooks_test.py || STATUS=1
