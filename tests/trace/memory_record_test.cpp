@@ -50,7 +50,7 @@ TEST(MemoryRecordCsv, ThePtaRowsOfTheTracesDeviceGiveTheTotalsAfterEachEvent) {
 }
 
 TEST(MemoryRecordCsv, ReadRecordingTakesTheTotalsFromTheFileBesideOperatorMemory) {
-  const TraceReadOptions options{.format = TraceFormat::automatic};
+  const TraceReadOptions options;
   Result<ProfileRecording> beside = read_recording(profile_dir / "operator_memory.csv", options);
   ASSERT_TRUE(beside.ok()) << describe(beside.error());
   EXPECT_EQ(beside->format, TraceFormat::operator_memory_csv);
