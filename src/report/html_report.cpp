@@ -35,7 +35,7 @@ dt { font-weight: 600; margin-top: 6px; } dd { margin-left: 20px; }
 
 constexpr std::string_view allocated_color = "#222222";
 constexpr std::string_view reference_color = "#9a9a9a";
-constexpr std::string_view recorded_color = "#000000";  // the real allocator's line: black, thick
+constexpr std::string_view recorded_color = "#b8860b";  // the real allocator's line: dark gold, thick, solid
 constexpr std::array<std::string_view, 8> palette{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                                   "#9467bd", "#8c564b", "#17becf", "#e377c2"};
 
@@ -175,7 +175,7 @@ constexpr std::string_view definitions = R"(<h2>Definitions</h2>
 <dt>driver calls, driver ms, syncs</dt><dd>every driver call the allocator made; their modelled time on the sim driver, wall time on the host driver; stream, device and event synchronizations</dd>
 <dt>host ns/op</dt><dd>the allocator's own time per allocation and free, driver time excluded</dd>
 <dt>ideal</dt><dd>the reference line: reserved equal to live bytes at every moment</dd>
-<dt>recorded (real allocator)</dt><dd>what the profile recorded of the allocator that ran the job (Kineto's Total Allocated and Total Reserved, torch_npu's memory_record.csv or operator_memory.csv): its peak reserved, its frag at peak against its own peak of Total Allocated, and its reserved bytes over the events (the black line); not a replay, so no min capacity and no driver figures</dd>
+<dt>recorded (real allocator)</dt><dd>what the profile recorded of the allocator that ran the job (Kineto's Total Allocated and Total Reserved, torch_npu's memory_record.csv or operator_memory.csv): its peak reserved, its frag at peak against its own peak of Total Allocated, and its reserved bytes over the events (the thick gold line); not a replay, so no min capacity and no driver figures</dd>
 <dt>ideal_cache</dt><dd>reserved equal to the most bytes live so far: an allocator that gives nothing back and wastes nothing; its avg frag is the least any such allocator can have on the trace</dd>
 </dl>
 )";
@@ -199,7 +199,7 @@ std::string format_html_report(std::span<const ReplayResult> results, const Html
       "allocator holds from the device, sampled over the trace's events; ideal_cache (grey, dashed) is the "
       "most bytes live so far, the least any allocator that keeps its pages can hold. A cross marks where a "
       "replay ran out of memory. Where the profile recorded the real allocator's reserved bytes, they are the "
-      "black line, recorded (real allocator).</p>\n";
+      "thick gold line, recorded (real allocator).</p>\n";
   for (const report::TraceGroup& group : groups) html += trace_chart(group, order);
   html += definitions;
   return html + "</body>\n</html>\n";

@@ -103,7 +103,7 @@ void expect_real_line(const std::vector<ReplayResult>& results, const Peaks& pea
   const std::size_t title = html.find("<title>reserved: recorded (real allocator)</title></polyline>");
   ASSERT_NE(title, std::string::npos);
   const std::size_t polyline = html.rfind("<polyline", title);
-  EXPECT_NE(html.substr(polyline, title - polyline).find("stroke=\"#000000\""), std::string::npos);
+  EXPECT_NE(html.substr(polyline, title - polyline).find("stroke=\"#b8860b\""), std::string::npos);
 }
 
 void expect_no_real_line(const std::vector<ReplayResult>& results) {
