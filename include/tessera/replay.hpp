@@ -113,6 +113,17 @@ std::optional<ReplayResult> reference_result(std::string_view name, const Trace&
                                              std::size_t series_points = 0);
 bool is_reference_line(std::string_view name);
 
+// The real allocator's line, from what a profile recorded of it (read_recording's RecordedTotals): a result
+// named recorded_line_name, with no driver figures, beside the replays of the same trace.
+//   peak_reserved   the recorded peak of Total Reserved
+//   peak_allocated  the recorded peak of Total Allocated (the trace's live bytes where none was recorded)
+//   reserved_at_peak_allocated, frag_at_peak, avg_frag   as a replay's, from the recorded totals
+// and with series_points > 0 a series sampled where a replay samples. None when the recording carries no
+// reserved bytes after each event, or only zeros (a CPU profile: the CPU allocator caches nothing).
+inline constexpr std::string_view recorded_line_name = "recorded";
+std::optional<ReplayResult> recorded_result(const Trace& trace, const RecordedTotals& recorded,
+                                            std::size_t series_points = 0);
+
 // The lowest avg_frag an allocator can have on this trace if it gives a page back only once the page has
 // sat idle for more than `idle_events` events (0: never, as every caching allocator here at unlimited
 // capacity): its reserved bytes can be no fewer than the most bytes live within that window, sampled where
