@@ -108,8 +108,10 @@ TEST(Replay, CountsDriverCallsPerIterationAndTesseraReachesZero) {
 // The sim driver as an Ascend card: the models make no set-access call there (ACL has none), and the result
 // says which platform the sim stood for. Only the sim models a platform.
 TEST(Replay, AscendPlatformOfTheSimDriverHasNoSetAccess) {
-  ReplayOptions cuda{.allocator = "pytorch"};
-  ReplayOptions ascend{.allocator = "pytorch", .sim_platform = SimPlatform::ascend};
+  ReplayOptions cuda;
+  cuda.allocator = "pytorch";
+  ReplayOptions ascend = cuda;
+  ascend.sim_platform = SimPlatform::ascend;
   const ReplayResult on_cuda = must(replay(repeating_trace(), cuda));
   const ReplayResult on_ascend = must(replay(repeating_trace(), ascend));
   EXPECT_GT(on_cuda.driver_calls.calls_of(DriverCall::set_access), 0u);
