@@ -10,10 +10,11 @@
 //   Megatron's distributed optimizer shards those 12 bytes over the data-parallel ranks and keeps the
 //   gradient buffer whole: ZeRO stage 1 (zero=1), 2 + 2 + 12/dp bytes per parameter of this card's share.
 //   Φ (this card's parameters) is the model's per layer 2h (norms) + h(a+2g)d/t (QKV) + h·h/t
-//   (projection) + h·f1/t + f·h/t (MLP), times L/pp layers, plus the embedding V'h/t on stage 0.
+//   (projection) + h·f1/t + f·h/t (MLP; f1 = 2f for SwiGLU), and GPT's biases, times L/pp layers, plus
+//   the embedding V'h/t on stage 0.
 // - Activations, per layer and micro-batch, kept for backward (Korthikanti et al. 2022, "Reducing
-//   Activation Recomputation in Large Transformer Models", equation 1 with tensor and sequence
-//   parallelism): s·b·h·(34 + 5·a·s/h)/t bytes with dropout. Its terms: the attention block's 11·s·b·h
+//   Activation Recomputation in Large Transformer Models", equation 1, divided by t under tensor and
+//   sequence parallelism): s·b·h·(34 + 5·a·s/h)/t bytes with dropout. Its terms: the attention block's 11·s·b·h
 //   (QKV's input 2, Q and K 4, V 2, the projection's input 2, its dropout mask 1) and 5·a·s²·b (softmax
 //   output 2, attention-dropout output 2 and mask 1); the MLP's 19·s·b·h (fc1's input 2, GeLU's input 8,
 //   fc2's input 8, dropout mask 1); the two norms' inputs 4·s·b·h. Selective recomputation drops the
