@@ -16,7 +16,7 @@ OUT="${OUT:-gpu-out}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 BUILD=build-gpu
-DEADLINE=$((SECONDS + 510))  # 8.5 minutes for everything; each step gets what is left at most
+DEADLINE=$((SECONDS + 560))  # 9 minutes and a third for everything; each step gets what is left at most
 STATUS=0
 
 log() { echo "[gpu-check $(date +%T) +${SECONDS}s] $*" | tee -a "$OUT/gpu-check.log"; }

@@ -22,6 +22,7 @@
 #include "tessera/allocator.hpp"
 #include "tessera/device_allocator.hpp"
 #include "tessera/driver.hpp"
+#include "tessera/drivers.hpp"
 #include "tessera/trace.hpp"
 
 namespace tessera {
@@ -41,6 +42,7 @@ inline constexpr Bytes min_replay_granularity = 4 * KiB;
 struct ReplayOptions {
   std::string allocator = "tessera";
   std::string driver = "sim";  // "sim" or "host": a replay never needs an accelerator
+  SimPlatform sim_platform = SimPlatform::cuda;  // sim only: whose VMM contract and latencies it models
   std::optional<Bytes> capacity;  // none: unlimited
   Bytes granularity = 2 * MiB;    // a power of two, at least min_replay_granularity
   AllocatorConfig tessera_config;
