@@ -28,8 +28,14 @@ std::string tag_name(TagId tag);
 void push_tag(std::string_view name);
 // False when no tag is open (nothing happens).
 bool pop_tag() noexcept;
+namespace detail {
+// Read at every allocation: the initial-exec model makes it one load from the thread pointer, also inside
+// libtessera_c.so (four bytes of the static TLS that glibc keeps spare for libraries loaded later).
+extern thread_local TagId innermost_tag __attribute__((tls_model("initial-exec")));
+}  // namespace detail
+
 // The innermost open tag of the calling thread, else default_tag.
-TagId current_tag() noexcept;
+inline TagId current_tag() noexcept { return detail::innermost_tag; }
 
 // Allocations made by this thread while it lives carry `name`.
 class TagScope {

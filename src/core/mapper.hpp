@@ -110,7 +110,9 @@ class Mapper {
   // A destroy that fails is tried again at the next retry_stale_events(): never leaked.
   void destroy_event(EventId event);
   void retry_stale_events();
-  bool has_stale_events() const noexcept { return !stale_events_.empty() || !stale_backups_.empty(); }
+  // Stale events keep allocations off the fast path until destroyed; stale host buffers only wait for the
+  // next retry (the slow path, a resume, empty_cache), so that the fast path checks one vector.
+  bool has_stale_events() const noexcept { return !stale_events_.empty(); }
   Result<bool> query_event(EventId event) { return driver_.query_event(event); }
   Result<void> wait_event(EventId event) { return driver_.synchronize_event(event); }
 

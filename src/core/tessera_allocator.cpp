@@ -209,7 +209,9 @@ Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
 }
 
 Placement* TesseraAllocatorImpl::find_or_add_placement(ArenaKey key) {
-  const auto [raw_stream, pool, tag] = key;
+  const auto raw_stream = key.first;
+  const auto pool = static_cast<MemoryPool>(key.second & 0xff);
+  const auto tag = static_cast<TagId>(key.second >> 8);
   const TagState* state = state_of(tag);
   if (state != nullptr && state->paused) return nullptr;
   if (state == nullptr) tag_states_.push_back({tag});

@@ -14,7 +14,6 @@
 #include <memory>
 #include <mutex>
 #include <span>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -95,7 +94,11 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
     }
   };
 
-  using ArenaKey = std::tuple<std::uintptr_t, MemoryPool, TagId>;  // every bit of the stream counts
+  // Every bit of the stream counts; the pool and the tag share one word, so that the fast path compares two.
+  using ArenaKey = std::pair<std::uintptr_t, std::uint64_t>;
+  static ArenaKey arena_key(StreamId stream, MemoryPool pool, TagId tag) noexcept {
+    return {static_cast<std::uintptr_t>(stream), std::uint64_t{tag} << 8 | static_cast<std::uint8_t>(pool)};
+  }
 
   // A tag this allocator has allocated under. Its arenas are those whose tag it is; a shared block has its
   // tag too.
@@ -119,7 +122,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   }
   // Null when the tag is paused (last_placement_ is never a paused tag's).
   Placement* placement_for(StreamId stream, MemoryPool pool, TagId tag) {
-    const ArenaKey key{static_cast<std::uintptr_t>(stream), pool, tag};
+    const ArenaKey key = arena_key(stream, pool, tag);
     if (last_placement_ != nullptr && last_key_ == key) return last_placement_;  // a loop allocates alike
     return find_or_add_placement(key);
   }

@@ -22,11 +22,10 @@ TagRegistry& registry() {
 }
 
 thread_local std::vector<TagId> open_tags;
-// Read at every allocation: the initial-exec model makes it one load from the thread pointer, also inside
-// libtessera_c.so (four bytes of the static TLS that glibc keeps spare for libraries loaded later).
-thread_local TagId innermost __attribute__((tls_model("initial-exec"))) = default_tag;
 
 }  // namespace
+
+thread_local TagId detail::innermost_tag = default_tag;
 
 TagId intern_tag(std::string_view name) {
   if (name.empty()) return default_tag;
@@ -55,16 +54,15 @@ std::string tag_name(TagId tag) {
 void push_tag(std::string_view name) {
   const TagId tag = intern_tag(name);
   open_tags.push_back(tag);
-  innermost = tag;
+  detail::innermost_tag = tag;
 }
 
 bool pop_tag() noexcept {
   if (open_tags.empty()) return false;
   open_tags.pop_back();
-  innermost = open_tags.empty() ? default_tag : open_tags.back();
+  detail::innermost_tag = open_tags.empty() ? default_tag : open_tags.back();
   return true;
 }
 
-TagId current_tag() noexcept { return innermost; }
 
 }  // namespace tessera
