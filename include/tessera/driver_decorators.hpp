@@ -41,6 +41,10 @@ class ForwardingDriver : public Driver {
   Result<void> synchronize_device() override;
   Result<void> write(Address at, const void* source, Bytes size) override;
   Result<void> read(Address at, void* destination, Bytes size) override;
+  Result<HostBuffer> allocate_host(Bytes size) override;
+  Result<void> free_host(HostBuffer buffer) override;
+  Result<void> copy_to_host(HostBuffer destination, Address source, Bytes size) override;
+  Result<void> copy_to_device(Address destination, HostBuffer source, Bytes size) override;
   StreamControl* stream_control() noexcept override { return inner_->stream_control(); }
 
  protected:

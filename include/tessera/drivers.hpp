@@ -30,10 +30,11 @@ struct HostDriverOptions {
 Result<std::unique_ptr<Driver>> make_host_driver(const HostDriverOptions& options = {});
 
 // sim: no memory at all. Addresses are numbers, capacity is a number, every call is counted and charged
-// the modelled latency of its kind: fixed + per_granule * (granules in the call - 1).
+// the modelled latency of its kind: fixed + per_granule * (granules in the call - 1) + per_byte * bytes.
 struct CallLatency {
   double fixed_us = 0;
   double per_extra_granule_us = 0;
+  double per_byte_ns = 0;  // bytes moved (host buffers, copies): 1 / bandwidth in GB/s
 };
 
 struct LatencyModel {
@@ -50,6 +51,9 @@ struct LatencyModel {
 struct SimDriverOptions {
   Bytes capacity = 80 * GiB;
   Bytes granularity = 2 * MiB;
+  // Host memory for allocate_host's buffers (none is really allocated): out of memory beyond it.
+  // Assumption: the 2 TiB of a DGX-class 8-GPU server.
+  Bytes host_capacity = 2048 * GiB;
   LatencyModel latency = LatencyModel::a100();
 };
 

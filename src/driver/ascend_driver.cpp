@@ -23,6 +23,10 @@
 //             "aclrtMemGetAllocationGranularity"): the same struct layout; handleType must be NONE,
 //             allocationType PINNED, location DEVICE; aclrtReserveMemAddress's alignment and expectPtr are
 //             reserved and must be 0 / null.
+//   [host]    the CANN API reference, "aclrtMallocHost", "aclrtFreeHost", "aclrtMemcpy": aclError
+//             aclrtMallocHost(void **hostPtr, size_t size), page-locked host memory, size not 0; aclError
+//             aclrtFreeHost(void *hostPtr), only for aclrtMallocHost's memory, no implicit synchronization;
+//             aclrtMemcpy(dst, destMax, src, count, kind) is synchronous and count must not exceed destMax.
 //   [usage]   reserve flags 1 = huge pages (what torch_npu and other VMM users pass);
 //             aclrtMapMem maps whole handles only; no set-access call; torch_npu synchronizes the device
 //             before unmapping.
@@ -112,6 +116,8 @@ using SynchronizeStream = Error(Stream stream);
 using SynchronizeDevice = Error();
 using Memcpy = Error(void* destination, std::size_t destination_max, const void* source, std::size_t count,
                      int kind);
+using MallocHost = Error(void** host_pointer, std::size_t size);  // [host]
+using FreeHost = Error(void* host_pointer);                      // [host]
 using GetRecentErrMsg = const char*();
 
 }  // namespace acl
@@ -141,6 +147,8 @@ struct Api {
   acl::SynchronizeStream* synchronize_stream = nullptr;
   acl::SynchronizeDevice* synchronize_device = nullptr;
   acl::Memcpy* copy = nullptr;
+  acl::MallocHost* malloc_host = nullptr;
+  acl::FreeHost* free_host = nullptr;
   acl::GetRecentErrMsg* get_recent_err_msg = nullptr;  // optional
   detail::CreatorProcess creator{};  // the process that loaded the library
 
@@ -190,7 +198,8 @@ Result<std::unique_ptr<Api>> load_api(detail::DynamicLibrary library) {
                     bind(*api, api->destroy_event, "aclrtDestroyEvent"),
                     bind(*api, api->synchronize_stream, "aclrtSynchronizeStream"),
                     bind(*api, api->synchronize_device, "aclrtSynchronizeDevice"),
-                    bind(*api, api->copy, "aclrtMemcpy")}) {
+                    bind(*api, api->copy, "aclrtMemcpy"), bind(*api, api->malloc_host, "aclrtMallocHost"),
+                    bind(*api, api->free_host, "aclrtFreeHost")}) {
     if (!done) {
       return make_error(Errc::unavailable,
                         fmt::format("ascend driver: {}; it is not the CANN runtime library, or one too old for "
@@ -256,7 +265,8 @@ constexpr DriverCapabilities ascend_capabilities{.needs_set_access = false,
                                                  .page_multi_mapping = false,
                                                  .data_access = true,
                                                  .host_pointers = false,
-                                                 .asynchronous = true};
+                                                 .asynchronous = true,
+                                                 .host_backup = true};
 
 void* to_pointer(Address address) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)); }
 Address to_address(const void* pointer) { return Address{reinterpret_cast<std::uintptr_t>(pointer)}; }
@@ -277,7 +287,14 @@ class AscendDriver final : public detail::PlatformDriver {
   // Balances make_ascend_driver's aclrtSetDevice (ACL counts them). aclInit is process-wide and shared
   // with torch_npu and others in the process, so aclFinalize is left to the process.
   ~AscendDriver() override {
-    if (api_->creator.is_current()) api_->reset_device(device_);
+    if (!api_->creator.is_current()) return;
+    {
+      ContextScope scope(*api_, context_);  // host buffers the caller leaked go with the driver
+      if (scope.status()) {
+        for (const auto& [id, buffer] : host_buffers()) api_->free_host(buffer.data);
+      }
+    }
+    api_->reset_device(device_);
   }
 
   AscendDriver(const AscendDriver&) = delete;
@@ -438,6 +455,49 @@ class AscendDriver final : public detail::PlatformDriver {
     if (auto e = api_->copy(destination, size, to_pointer(at), size, acl::memcpy_device_to_host);
         e != acl::success) {
       return fail(fmt::format("aclrtMemcpy(device {:#x} to host, {} bytes)", at, size), e);
+    }
+    return {};
+  }
+
+  // Backups: page-locked host memory from aclrtMallocHost, copied with the synchronous aclrtMemcpy [host].
+  Result<detail::HostBufferRecord> platform_allocate_host(Bytes size) override {
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status().error();
+    void* data = nullptr;
+    if (auto e = api_->malloc_host(&data, size); e != acl::success) {
+      return fail(fmt::format("aclrtMallocHost({} bytes)", size), e);
+    }
+    return detail::HostBufferRecord{.handle = from_handle(data), .data = data, .size = size};
+  }
+
+  Result<void> platform_free_host(const detail::HostBufferRecord& buffer) override {
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status();
+    if (auto e = api_->free_host(buffer.data); e != acl::success) {
+      return fail(fmt::format("aclrtFreeHost(buffer of {} bytes)", buffer.size), e);
+    }
+    return {};
+  }
+
+  // destMax is the room in the destination: the whole buffer for a copy into it, the range otherwise.
+  Result<void> platform_copy_to_host(const detail::HostBufferRecord& destination, Address source,
+                                     Bytes size) override {
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status();
+    if (auto e = api_->copy(destination.data, destination.size, to_pointer(source), size, acl::memcpy_device_to_host);
+        e != acl::success) {
+      return fail(fmt::format("aclrtMemcpy(device {:#x} to a host buffer, {} bytes)", source, size), e);
+    }
+    return {};
+  }
+
+  Result<void> platform_copy_to_device(Address destination, const detail::HostBufferRecord& source,
+                                       Bytes size) override {
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status();
+    if (auto e = api_->copy(to_pointer(destination), size, source.data, size, acl::memcpy_host_to_device);
+        e != acl::success) {
+      return fail(fmt::format("aclrtMemcpy(a host buffer to device {:#x}, {} bytes)", destination, size), e);
     }
     return {};
   }

@@ -121,6 +121,8 @@ struct Signatures {
   using MemSetAccess = R(typename T::DevicePtr, std::size_t, const typename T::MemAccessDesc*, std::size_t);
   using MemcpyHtoD = R(typename T::DevicePtr, const void*, std::size_t);
   using MemcpyDtoH = R(void*, typename T::DevicePtr, std::size_t);
+  using MemHostAlloc = R(void**, std::size_t, unsigned int);
+  using MemFreeHost = R(void*);
   using EventCreate = R(typename T::Event*, unsigned int);
   using EventRecord = R(typename T::Event, typename T::Stream);
   using EventQuery = R(typename T::Event);
@@ -156,6 +158,8 @@ inline constexpr const char* mem_unmap = "cuMemUnmap";
 inline constexpr const char* mem_set_access = "cuMemSetAccess";
 inline constexpr const char* memcpy_htod = "cuMemcpyHtoD_v2";
 inline constexpr const char* memcpy_dtoh = "cuMemcpyDtoH_v2";
+inline constexpr const char* mem_host_alloc = "cuMemHostAlloc";  // unversioned in cuda.h
+inline constexpr const char* mem_free_host = "cuMemFreeHost";
 inline constexpr const char* event_create = "cuEventCreate";
 inline constexpr const char* event_record = "cuEventRecord";
 inline constexpr const char* event_query = "cuEventQuery";
@@ -259,6 +263,8 @@ TESSERA_SAME_CALL(cuMemUnmap, mem_unmap, MemUnmap);
 TESSERA_SAME_CALL(cuMemSetAccess, mem_set_access, MemSetAccess);
 TESSERA_SAME_CALL(cuMemcpyHtoD, memcpy_htod, MemcpyHtoD);
 TESSERA_SAME_CALL(cuMemcpyDtoH, memcpy_dtoh, MemcpyDtoH);
+TESSERA_SAME_CALL(cuMemHostAlloc, mem_host_alloc, MemHostAlloc);
+TESSERA_SAME_CALL(cuMemFreeHost, mem_free_host, MemFreeHost);
 TESSERA_SAME_CALL(cuEventCreate, event_create, EventCreate);
 TESSERA_SAME_CALL(cuEventRecord, event_record, EventRecord);
 TESSERA_SAME_CALL(cuEventQuery, event_query, EventQuery);
@@ -295,6 +301,8 @@ struct Api {
   cu::Fn::MemSetAccess* mem_set_access = nullptr;
   cu::Fn::MemcpyHtoD* memcpy_htod = nullptr;
   cu::Fn::MemcpyDtoH* memcpy_dtoh = nullptr;
+  cu::Fn::MemHostAlloc* mem_host_alloc = nullptr;
+  cu::Fn::MemFreeHost* mem_free_host = nullptr;
   cu::Fn::EventCreate* event_create = nullptr;
   cu::Fn::EventRecord* event_record = nullptr;
   cu::Fn::EventQuery* event_query = nullptr;
@@ -365,6 +373,8 @@ Result<std::unique_ptr<Api>> load_api(detail::DynamicLibrary library) {
                     bind(*api, api->mem_map, s::mem_map), bind(*api, api->mem_unmap, s::mem_unmap),
                     bind(*api, api->mem_set_access, s::mem_set_access),
                     bind(*api, api->memcpy_htod, s::memcpy_htod), bind(*api, api->memcpy_dtoh, s::memcpy_dtoh),
+                    bind(*api, api->mem_host_alloc, s::mem_host_alloc),
+                    bind(*api, api->mem_free_host, s::mem_free_host),
                     bind(*api, api->event_create, s::event_create),
                     bind(*api, api->event_record, s::event_record),
                     bind(*api, api->event_query, s::event_query),
@@ -436,7 +446,8 @@ constexpr DriverCapabilities cuda_capabilities{.needs_set_access = true,
                                                .data_access = true,
                                                .host_pointers = false,
                                                .asynchronous = true,
-                                               .partial_map = true};
+                                               .partial_map = true,
+                                               .host_backup = true};
 
 cu::Types::Event to_event(detail::PlatformHandle handle) {
   return reinterpret_cast<cu::Types::Event>(static_cast<std::uintptr_t>(handle));
@@ -459,7 +470,14 @@ class CudaDriver final : public detail::PlatformDriver {
   // Balances the retain of make_cuda_driver. Errors are ignored: at process exit the driver may already
   // be shut down, and nothing can be done about it here.
   ~CudaDriver() override {
-    if (api_->creator.is_current()) api_->device_primary_ctx_release(device_);
+    if (!api_->creator.is_current()) return;
+    {
+      ContextScope scope(*api_, context_);  // host buffers the caller leaked go with the driver
+      if (scope.status()) {
+        for (const auto& [id, buffer] : host_buffers()) api_->mem_free_host(buffer.data);
+      }
+    }
+    api_->device_primary_ctx_release(device_);
   }
 
   CudaDriver(const CudaDriver&) = delete;
@@ -593,6 +611,42 @@ class CudaDriver final : public detail::PlatformDriver {
     if (!scope.status()) return scope.status();
     return check(api_->memcpy_dtoh(destination, at, size),
                  [&] { return fmt::format("cuMemcpyDtoH({:#x}, {} bytes)", at, size); });
+  }
+
+  // Backups: page-locked host memory from cuMemHostAlloc (flags 0: pinned for the primary context, which
+  // every call of this driver runs in), and the same synchronous copies as write()/read(), which run at
+  // full speed from pinned memory.
+  Result<detail::HostBufferRecord> platform_allocate_host(Bytes size) override {
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status().error();
+    void* data = nullptr;
+    if (auto r = api_->mem_host_alloc(&data, size, 0); r != cu::success) {
+      return fail(fmt::format("cuMemHostAlloc({} bytes)", size), r);
+    }
+    return detail::HostBufferRecord{.handle = reinterpret_cast<std::uintptr_t>(data), .data = data, .size = size};
+  }
+
+  Result<void> platform_free_host(const detail::HostBufferRecord& buffer) override {
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status();
+    return check(api_->mem_free_host(buffer.data),
+                 [&] { return fmt::format("cuMemFreeHost(buffer of {} bytes)", buffer.size); });
+  }
+
+  Result<void> platform_copy_to_host(const detail::HostBufferRecord& destination, Address source,
+                                     Bytes size) override {
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status();
+    return check(api_->memcpy_dtoh(destination.data, source, size),
+                 [&] { return fmt::format("cuMemcpyDtoH({:#x} to a host buffer, {} bytes)", source, size); });
+  }
+
+  Result<void> platform_copy_to_device(Address destination, const detail::HostBufferRecord& source,
+                                       Bytes size) override {
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status();
+    return check(api_->memcpy_htod(destination, source.data, size),
+                 [&] { return fmt::format("cuMemcpyHtoD(a host buffer to {:#x}, {} bytes)", destination, size); });
   }
 
  private:

@@ -67,5 +67,17 @@ Result<void> ForwardingDriver::write(Address at, const void* source, Bytes size)
 Result<void> ForwardingDriver::read(Address at, void* destination, Bytes size) {
   return forward(DriverCall::copy, [&] { return inner_->read(at, destination, size); });
 }
+Result<HostBuffer> ForwardingDriver::allocate_host(Bytes size) {
+  return forward(DriverCall::allocate_host, [&] { return inner_->allocate_host(size); });
+}
+Result<void> ForwardingDriver::free_host(HostBuffer buffer) {
+  return forward(DriverCall::free_host, [&] { return inner_->free_host(buffer); });
+}
+Result<void> ForwardingDriver::copy_to_host(HostBuffer destination, Address source, Bytes size) {
+  return forward(DriverCall::copy_to_host, [&] { return inner_->copy_to_host(destination, source, size); });
+}
+Result<void> ForwardingDriver::copy_to_device(Address destination, HostBuffer source, Bytes size) {
+  return forward(DriverCall::copy_to_device, [&] { return inner_->copy_to_device(destination, source, size); });
+}
 
 }  // namespace tessera

@@ -179,7 +179,8 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
                                           .host_pointers = true,
                                           .asynchronous = false,
                                           .partial_map = true,
-                                          .survives_fork = true},
+                                          .survives_fork = true,
+                                          .host_backup = true},
                        options.granularity, options.capacity),
         memfd_(memfd),
         memfd_size_(memfd_size),
@@ -194,6 +195,7 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
     // Whatever the caller leaked goes with the driver: the memfd and every range still mapped from it.
     for (const auto& [address, mapping] : mappings()) munmap(to_pointer(address), mapping.size);
     for (const auto& [base, size] : reservations()) munmap(to_pointer(base), size);
+    for (const auto& [id, buffer] : host_buffers()) munmap(buffer.data, buffer.size);
     close(memfd_);
   }
 
@@ -301,6 +303,37 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
 
   Result<void> platform_read(Address at, void* destination, Bytes size) override {
     std::memcpy(destination, to_pointer(at), size);
+    return {};
+  }
+
+  // Host buffers: anonymous memory of their own, locked with mlock() where RLIMIT_MEMLOCK allows — the
+  // stand-in for pinned memory. Locking is best effort (an unprivileged process may lock a few MiB
+  // only); an unlocked buffer works the same, the kernel may merely page it out. A child of fork() keeps a
+  // private copy of every buffer (not locked: locks are not inherited), as it keeps the device's memory.
+  Result<detail::HostBufferRecord> platform_allocate_host(Bytes size) override {
+    void* data = mmap(nullptr, size, read_write, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) {
+      return errno_error(Errc::out_of_memory, "mmap (allocate_host)", errno,
+                         fmt::format("no host memory for a buffer of {} bytes", size));
+    }
+    (void)mlock(data, size);  // best effort, see above; munmap unlocks
+    return detail::HostBufferRecord{.handle = to_address(data), .data = data, .size = size};
+  }
+
+  Result<void> platform_free_host(const detail::HostBufferRecord& buffer) override {
+    if (munmap(buffer.data, buffer.size) != 0) return errno_error(Errc::platform, "munmap (free_host)", errno);
+    return {};
+  }
+
+  Result<void> platform_copy_to_host(const detail::HostBufferRecord& destination, Address source,
+                                     Bytes size) override {
+    std::memcpy(destination.data, to_pointer(source), size);
+    return {};
+  }
+
+  Result<void> platform_copy_to_device(Address destination, const detail::HostBufferRecord& source,
+                                       Bytes size) override {
+    std::memcpy(to_pointer(destination), source.data, size);
     return {};
   }
 

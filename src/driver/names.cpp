@@ -22,6 +22,10 @@ std::string_view to_string(DriverCall call) noexcept {
     case DriverCall::synchronize_stream: return "synchronize_stream";
     case DriverCall::synchronize_device: return "synchronize_device";
     case DriverCall::copy: return "copy";
+    case DriverCall::allocate_host: return "allocate_host";
+    case DriverCall::free_host: return "free_host";
+    case DriverCall::copy_to_host: return "copy_to_host";
+    case DriverCall::copy_to_device: return "copy_to_device";
   }
   return "unknown";
 }

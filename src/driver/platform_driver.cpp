@@ -37,7 +37,9 @@ DriverCensus PlatformDriver::census() const {
                       .page_bytes = page_bytes_,
                       .mappings = mappings_.size(),
                       .mapped_bytes = mapped_bytes_,
-                      .events = events_.size()};
+                      .events = events_.size(),
+                      .host_buffers = host_buffers_.size(),
+                      .host_bytes = host_bytes_};
 }
 
 const PageRecord* PlatformDriver::find_page(PageId page) const {
@@ -278,6 +280,78 @@ Result<void> PlatformDriver::read(Address at, void* destination, Bytes size) {
   if (!capabilities_.data_access) return refuse(Errc::unsupported, "no data access (capability data_access)");
   if (auto mapped = check_range_mapped(at, size, capabilities_.needs_set_access, "read"); !mapped) return mapped;
   return platform_read(at, destination, size);
+}
+
+Result<HostBuffer> PlatformDriver::allocate_host(Bytes size) {
+  if (!capabilities_.host_backup) return refuse(Errc::unsupported, "no host buffers (capability host_backup)");
+  if (size == 0) return refuse(Errc::invalid_argument, "allocate_host of 0 bytes");
+  auto made = platform_allocate_host(size);
+  if (!made) return std::move(made).error();
+  const std::uint64_t id = next_host_buffer_++;
+  made->size = size;
+  host_buffers_.emplace(id, *made);
+  host_bytes_ += size;
+  return HostBuffer{.id = id, .data = made->data, .size = size};
+}
+
+Result<void> PlatformDriver::free_host(HostBuffer buffer) {
+  if (!capabilities_.host_backup) return refuse(Errc::unsupported, "no host buffers (capability host_backup)");
+  auto found = host_buffers_.find(buffer.id);
+  if (found == host_buffers_.end()) return refuse(Errc::not_found, fmt::format("no host buffer {}", buffer.id));
+  if (auto done = platform_free_host(found->second); !done) return done;
+  host_bytes_ -= found->second.size;
+  host_buffers_.erase(found);
+  return {};
+}
+
+Result<const HostBufferRecord*> PlatformDriver::copy_buffer(const HostBuffer& buffer, Bytes size,
+                                                             std::string_view what) const {
+  if (!capabilities_.host_backup) return refuse(Errc::unsupported, "no host buffers (capability host_backup)");
+  if (size == 0) return refuse(Errc::invalid_argument, fmt::format("{} of 0 bytes", what));
+  auto found = host_buffers_.find(buffer.id);
+  if (found == host_buffers_.end()) {
+    return refuse(Errc::not_found, fmt::format("{}: no host buffer {}", what, buffer.id));
+  }
+  if (size > found->second.size) {
+    return refuse(Errc::invalid_argument, fmt::format("{} of {} bytes: host buffer {} holds {}", what, size,
+                                                      buffer.id, found->second.size));
+  }
+  return &found->second;
+}
+
+Result<void> PlatformDriver::copy_to_host(HostBuffer destination, Address source, Bytes size) {
+  auto record = copy_buffer(destination, size, "copy_to_host");
+  if (!record) return std::move(record).error();
+  if (auto mapped = check_range_mapped(source, size, capabilities_.needs_set_access, "copy_to_host"); !mapped) {
+    return mapped;
+  }
+  return platform_copy_to_host(**record, source, size);
+}
+
+Result<void> PlatformDriver::copy_to_device(Address destination, HostBuffer source, Bytes size) {
+  auto record = copy_buffer(source, size, "copy_to_device");
+  if (!record) return std::move(record).error();
+  if (auto mapped = check_range_mapped(destination, size, capabilities_.needs_set_access, "copy_to_device");
+      !mapped) {
+    return mapped;
+  }
+  return platform_copy_to_device(destination, **record, size);
+}
+
+Result<HostBufferRecord> PlatformDriver::platform_allocate_host(Bytes) {
+  return refuse(Errc::unsupported, "allocate_host is not implemented");
+}
+
+Result<void> PlatformDriver::platform_free_host(const HostBufferRecord&) {
+  return refuse(Errc::unsupported, "free_host is not implemented");
+}
+
+Result<void> PlatformDriver::platform_copy_to_host(const HostBufferRecord&, Address, Bytes) {
+  return refuse(Errc::unsupported, "copy_to_host is not implemented");
+}
+
+Result<void> PlatformDriver::platform_copy_to_device(Address, const HostBufferRecord&, Bytes) {
+  return refuse(Errc::unsupported, "copy_to_device is not implemented");
 }
 
 Result<void> PlatformDriver::platform_write(Address, const void*, Bytes) {

@@ -27,6 +27,13 @@ struct PageRecord {
   std::map<Bytes, Bytes> parts;
 };
 
+// A host buffer as the platform made it: its handle (the pointer, where there is one) and its bytes.
+struct HostBufferRecord {
+  PlatformHandle handle = 0;
+  void* data = nullptr;  // null where the driver has no data access (sim)
+  Bytes size = 0;
+};
+
 struct MappingRecord {
   PageId page{};
   Bytes offset = 0;  // into the page
@@ -70,6 +77,10 @@ class PlatformDriver : public Driver {
   Result<void> synchronize_device() final;
   Result<void> write(Address at, const void* source, Bytes size) final;
   Result<void> read(Address at, void* destination, Bytes size) final;
+  Result<HostBuffer> allocate_host(Bytes size) final;
+  Result<void> free_host(HostBuffer buffer) final;
+  Result<void> copy_to_host(HostBuffer destination, Address source, Bytes size) final;
+  Result<void> copy_to_device(Address destination, HostBuffer source, Bytes size) final;
 
  protected:
   PlatformDriver(std::string name, DriverCapabilities capabilities, Bytes granularity, Bytes capacity);
@@ -91,6 +102,12 @@ class PlatformDriver : public Driver {
   virtual Result<void> platform_synchronize_device() = 0;
   virtual Result<void> platform_write(Address at, const void* source, Bytes size);
   virtual Result<void> platform_read(Address at, void* destination, Bytes size);
+  // Host buffers (capability host_backup). Copies receive a checked size, no larger than the buffer, and a
+  // device range that is mapped and accessible.
+  virtual Result<HostBufferRecord> platform_allocate_host(Bytes size);
+  virtual Result<void> platform_free_host(const HostBufferRecord& buffer);
+  virtual Result<void> platform_copy_to_host(const HostBufferRecord& destination, Address source, Bytes size);
+  virtual Result<void> platform_copy_to_device(Address destination, const HostBufferRecord& source, Bytes size);
 
   void set_capacity(Bytes capacity) noexcept { capacity_ = capacity; }
   void set_granularity(Bytes granularity) noexcept { granularity_ = granularity; }
@@ -98,12 +115,15 @@ class PlatformDriver : public Driver {
   // The ledger, read-only, for backends that reason about neighbours (the host driver's mapping count).
   const std::map<Address, MappingRecord>& mappings() const noexcept { return mappings_; }
   const std::map<Address, Bytes>& reservations() const noexcept { return reservations_; }
+  const std::unordered_map<std::uint64_t, HostBufferRecord>& host_buffers() const noexcept { return host_buffers_; }
   const PageRecord* find_page(PageId page) const;
 
  private:
   Result<void> check_range_mapped(Address at, Bytes size, bool need_access, std::string_view what) const;
   Result<void> map_checked(Address at, PageId page, Bytes offset, std::optional<Bytes> size);
   Result<PlatformHandle> event_handle(EventId event) const;
+  // The buffer a copy names, checked: host_backup present, size positive and within the buffer.
+  Result<const HostBufferRecord*> copy_buffer(const HostBuffer& buffer, Bytes size, std::string_view what) const;
   Error refuse(Errc code, std::string message) const;
 
   std::string name_;
@@ -115,6 +135,9 @@ class PlatformDriver : public Driver {
   std::unordered_map<std::uint64_t, PageRecord> pages_;
   std::map<Address, MappingRecord> mappings_;  // address -> mapping
   std::unordered_map<std::uint64_t, PlatformHandle> events_;
+  std::unordered_map<std::uint64_t, HostBufferRecord> host_buffers_;
+  Bytes host_bytes_ = 0;
+  std::uint64_t next_host_buffer_ = 1;
   Bytes page_bytes_ = 0;
   Bytes reserved_bytes_ = 0;
   Bytes mapped_bytes_ = 0;

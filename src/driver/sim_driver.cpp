@@ -28,6 +28,13 @@ LatencyModel LatencyModel::a100() {
   model[DriverCall::synchronize_stream] = {5.0, 0.0};
   model[DriverCall::synchronize_device] = {10.0, 0.0};
   model[DriverCall::copy] = {0.0, 0.0};
+  // Host buffers and backup copies: assumptions (docs/drivers.md). Copies run at a PCIe Gen5 x16 link's
+  // practical rate for pinned memory, 50 GB/s each way (64 GB/s raw), 0.02 ns a byte, plus 10 us a call
+  // for the launch and the wait; pinning host pages runs at 10 GB/s.
+  model[DriverCall::allocate_host] = {10.0, 0.0, 0.1};
+  model[DriverCall::free_host] = {10.0, 0.0, 0.0};
+  model[DriverCall::copy_to_host] = {10.0, 0.0, 0.02};
+  model[DriverCall::copy_to_device] = {10.0, 0.0, 0.02};
   return model;
 }
 
@@ -45,9 +52,11 @@ class SimDriver final : public detail::PlatformDriver, public SimClock {
                                           .host_pointers = false,
                                           .asynchronous = false,
                                           .partial_map = true,
-                                          .survives_fork = true},
+                                          .survives_fork = true,
+                                          .host_backup = true},
                        options.granularity, options.capacity),
-        latency_(options.latency) {}
+        latency_(options.latency),
+        host_capacity_(options.host_capacity) {}
 
   const CallTally& modelled() const noexcept override { return modelled_; }
   void reset_modelled() noexcept override { modelled_ = CallTally{}; }
@@ -118,6 +127,32 @@ class SimDriver final : public detail::PlatformDriver, public SimClock {
     return {};
   }
 
+  // Host buffers: numbers and bytes, no memory; copies are charged and move nothing.
+  Result<detail::HostBufferRecord> platform_allocate_host(Bytes size) override {
+    if (size > host_capacity_ || host_bytes_ > host_capacity_ - size) {
+      return make_error(Errc::out_of_memory,
+                        fmt::format("sim driver: no host memory for a buffer of {} bytes: {} of {} bytes are in "
+                                    "use",
+                                    size, host_bytes_, host_capacity_));
+    }
+    charge(DriverCall::allocate_host, size);
+    host_bytes_ += size;
+    return detail::HostBufferRecord{.handle = next_host_buffer_++, .data = nullptr, .size = size};
+  }
+  Result<void> platform_free_host(const detail::HostBufferRecord& buffer) override {
+    charge(DriverCall::free_host, buffer.size);
+    host_bytes_ -= buffer.size;
+    return {};
+  }
+  Result<void> platform_copy_to_host(const detail::HostBufferRecord&, Address, Bytes size) override {
+    charge(DriverCall::copy_to_host, size);
+    return {};
+  }
+  Result<void> platform_copy_to_device(Address, const detail::HostBufferRecord&, Bytes size) override {
+    charge(DriverCall::copy_to_device, size);
+    return {};
+  }
+
  private:
   void charge(DriverCall call, Bytes size) {
     const auto index = static_cast<std::size_t>(call);
@@ -125,8 +160,9 @@ class SimDriver final : public detail::PlatformDriver, public SimClock {
     const Bytes granules = size / granularity();
     const double extra = granules > 1 ? static_cast<double>(granules - 1) : 0.0;
     modelled_.calls[index] += 1;
-    modelled_.nanoseconds[index] +=
-        static_cast<std::uint64_t>((cost.fixed_us + cost.per_extra_granule_us * extra) * 1000.0 + 0.5);
+    modelled_.nanoseconds[index] += static_cast<std::uint64_t>(
+        (cost.fixed_us + cost.per_extra_granule_us * extra) * 1000.0 + cost.per_byte_ns * static_cast<double>(size) +
+        0.5);
   }
 
   LatencyModel latency_;
@@ -134,6 +170,9 @@ class SimDriver final : public detail::PlatformDriver, public SimClock {
   detail::SimulatedStreams streams_;
   Address next_address_ = Address{1} << 44;  // far from zero, so that a null address is never handed out
   PlatformHandle next_page_ = 1;
+  Bytes host_capacity_;
+  Bytes host_bytes_ = 0;
+  PlatformHandle next_host_buffer_ = 1;
 };
 
 }  // namespace
@@ -149,7 +188,7 @@ Result<SimDriverHandle> make_sim_driver(const SimDriverOptions& options) {
                                   options.capacity, options.granularity));
   }
   for (const CallLatency& cost : options.latency.of) {
-    if (cost.fixed_us < 0 || cost.per_extra_granule_us < 0) {
+    if (cost.fixed_us < 0 || cost.per_extra_granule_us < 0 || cost.per_byte_ns < 0) {
       return make_error(Errc::invalid_argument, "sim driver: a modelled latency is negative");
     }
   }

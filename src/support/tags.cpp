@@ -22,7 +22,9 @@ TagRegistry& registry() {
 }
 
 thread_local std::vector<TagId> open_tags;
-thread_local TagId innermost = default_tag;
+// Read at every allocation: the initial-exec model makes it one load from the thread pointer, also inside
+// libtessera_c.so (four bytes of the static TLS that glibc keeps spare for libraries loaded later).
+thread_local TagId innermost __attribute__((tls_model("initial-exec"))) = default_tag;
 
 }  // namespace
 

@@ -860,4 +860,69 @@ TEST(CApiUnavailable, AMissingCudaLibraryIsNamed) {
 
 TEST(CApi, VersionIsTheProjects) { EXPECT_STRNE(tessera_version(), ""); }
 
+// ---- pausing memory by tag
+
+TEST(CApiPause, TaggedMemoryIsPausedWithBackupAndResumedAtTheSameAddresses) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    tessera_push_tag("weights");
+    tessera_push_tag("kv_cache");
+    void* kv = tessera_alloc(3 << 20, 0, nullptr);
+    tessera_pop_tag();
+    void* weights = tessera_alloc(5 << 20, 0, nullptr);
+    tessera_pop_tag();
+    tessera_pop_tag();  // none open: nothing happens
+    void* other = tessera_alloc(1 << 20, 0, nullptr);
+    ASSERT_TRUE(kv && weights && other) << last_error();
+    for (std::size_t i = 0; i < (5u << 20); ++i) static_cast<unsigned char*>(weights)[i] = static_cast<unsigned char>(i * 7);
+    Json stats = stats_json(0);
+    EXPECT_EQ(stats["tessera.tag.weights.allocated_bytes"], 5u << 20);
+    EXPECT_EQ(stats["tessera.tag.kv_cache.allocated_bytes"], 3u << 20);
+    EXPECT_EQ(stats["tessera.tag.default.allocated_bytes"], 1u << 20);
+    const std::uint64_t reserved = stats["reserved_bytes.all.current"];
+
+    ASSERT_EQ(tessera_pause(0, "weights", 1), 0) << last_error();
+    ASSERT_EQ(tessera_pause(0, "kv_cache", 0), 0) << last_error();
+    stats = stats_json(0);
+    EXPECT_EQ(stats["tessera.tag.weights.paused"], 1);
+    EXPECT_EQ(stats["tessera.tag.weights.reserved_bytes"], 0);
+    EXPECT_GE(stats["tessera.tag.weights.backup_bytes"], 5u << 20);
+    EXPECT_EQ(stats["tessera.tag.kv_cache.backup_bytes"], 0);
+    EXPECT_LE(stats["reserved_bytes.all.current"], reserved - (8u << 20));
+    tessera_push_tag("weights");
+    EXPECT_EQ(tessera_alloc(1000, 0, nullptr), nullptr);
+    tessera_pop_tag();
+    EXPECT_TRUE(contains(last_error(), "'weights'")) << last_error();
+
+    ASSERT_EQ(tessera_resume(0, nullptr), 0) << last_error();  // every tag
+    stats = stats_json(0);
+    EXPECT_EQ(stats["tessera.tag.weights.paused"], 0);
+    EXPECT_EQ(stats["tessera.tag.kv_cache.paused"], 0);
+    for (std::size_t i = 0; i < (5u << 20); ++i) {
+      ASSERT_EQ(static_cast<unsigned char*>(weights)[i], static_cast<unsigned char>(i * 7)) << "byte " << i;
+    }
+    std::memset(kv, 1, 3 << 20);
+    ASSERT_EQ(tessera_pause(0, nullptr, 0), 0) << last_error();  // every tag, "default" too
+    EXPECT_EQ(stats_json(0)["tessera.tag.default.paused"], 1);
+    ASSERT_EQ(tessera_resume(0, nullptr), 0) << last_error();
+    for (void* block : {kv, weights, other}) tessera_free(block, 0, 0, nullptr);
+    EXPECT_EQ(stats_of(0).allocations, 0u);
+  });
+}
+
+TEST(CApiPause, ErrorsNameTheTagAndTheDevice) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    EXPECT_EQ(tessera_pause(0, "weights", 1), -1);
+    EXPECT_TRUE(contains(last_error(), "device 0 has no allocator")) << last_error();
+    void* block = tessera_alloc(1000, 0, nullptr);
+    ASSERT_NE(block, nullptr) << last_error();
+    EXPECT_EQ(tessera_pause(0, "weights", 1), -1);
+    EXPECT_TRUE(contains(last_error(), "tag 'weights'")) << last_error();
+    EXPECT_TRUE(contains(last_error(), "'default'")) << "lists the tags there: " << last_error();
+    EXPECT_EQ(tessera_resume(0, "weights"), -1);
+    EXPECT_EQ(tessera_pause(64, "weights", 0), -1);
+    EXPECT_TRUE(contains(last_error(), "64")) << last_error();
+    tessera_free(block, 0, 0, nullptr);
+  });
+}
+
 }  // namespace

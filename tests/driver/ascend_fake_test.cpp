@@ -315,6 +315,47 @@ TEST_F(FakeAscend, TheStandInRefusesWhatACLRefuses) {
   EXPECT_EQ(granule, 2 * MiB);
 }
 
+// Host buffers: aclrtMallocHost's rules as the CANN reference states them, the runtime's out of memory
+// typed, and buffers the caller leaked freed with the driver.
+TEST_F(FakeAscend, HostBuffersKeepACLsRulesAndGoWithTheDriver) {
+  {
+    auto made = make();
+    ASSERT_TRUE(made.ok()) << describe(made.error());
+    Driver& driver = **made;
+    auto* malloc_host = control<int(void**, std::size_t)>("aclrtMallocHost");
+    auto* free_host = control<int(void*)>("aclrtFreeHost");
+    auto* copy = control<int(void*, std::size_t, const void*, std::size_t, int)>("aclrtMemcpy");
+    void* raw = nullptr;
+    EXPECT_EQ(malloc_host(&raw, 0), acl_error_invalid_param) << "size must not be 0";
+    int stack = 0;
+    EXPECT_EQ(free_host(&stack), acl_error_invalid_param) << "only aclrtMallocHost's memory";
+
+    const Address base = TESSERA_OK(driver.reserve(2 * MiB));
+    const PageId page = TESSERA_OK(driver.create_page(2 * MiB));
+    TESSERA_OK(driver.map(base, page));
+    const HostBuffer buffer = TESSERA_OK(driver.allocate_host(4096));
+    EXPECT_EQ(live("fake_ascend_live_host_buffers"), 1u) << "the buffer came from aclrtMallocHost";
+    auto* device = reinterpret_cast<void*>(static_cast<std::uintptr_t>(base));
+    EXPECT_EQ(copy(buffer.data, 16, device, 32, 2), acl_error_invalid_param) << "count above destMax";
+    EXPECT_EQ(copy(buffer.data, 8192, device, 8192, 2), acl_error_invalid_param) << "past the end of the buffer";
+    TESSERA_OK(driver.copy_to_host(buffer, base, 4096));
+
+    control<void(std::size_t)>("fake_ascend_set_host_limit")(8192);
+    auto over = driver.allocate_host(8192);
+    ASSERT_FALSE(over.ok());
+    EXPECT_EQ(over.error().code, Errc::out_of_memory);
+    EXPECT_EQ(over.error().platform_code, acl_error_rt_memory_allocation);
+    EXPECT_TRUE(contains(over.error().message, "aclrtMallocHost(8192 bytes)")) << over.error().message;
+    EXPECT_EQ(driver.census().host_buffers, 1u) << "a failed call changes nothing";
+
+    TESSERA_OK(driver.unmap(base));
+    TESSERA_OK(driver.release_page(page));
+    TESSERA_OK(driver.release_reservation(base));
+    // The buffer is left to the driver's destructor.
+  }
+  EXPECT_EQ(live("fake_ascend_live_host_buffers"), 0u) << "the destructor freed the leaked buffer";
+}
+
 }  // namespace
 }  // namespace tessera::testing
 

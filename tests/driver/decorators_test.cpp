@@ -1,4 +1,6 @@
 // The decorators around any driver: counting, fault injection, a capacity limit.
+#include <cstring>
+
 #include "driver_fixtures.hpp"
 #include "tessera/driver_decorators.hpp"
 
@@ -71,6 +73,7 @@ TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
   const PageId page = TESSERA_OK(driver->create_page(2 * MiB));
   TESSERA_OK(driver->map(base, page));
   const EventId event = TESSERA_OK(driver->create_event());
+  const HostBuffer buffer = TESSERA_OK(driver->allocate_host(4096));
   unsigned char byte = 0;
   const std::vector<std::pair<DriverCall, std::function<bool()>>> calls = {
       {DriverCall::reserve, [&] { return driver->reserve(2 * MiB).ok(); }},
@@ -88,6 +91,10 @@ TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
       {DriverCall::synchronize_stream, [&] { return driver->synchronize_stream(default_stream).ok(); }},
       {DriverCall::synchronize_device, [&] { return driver->synchronize_device().ok(); }},
       {DriverCall::copy, [&] { return driver->read(base, &byte, 1).ok(); }},
+      {DriverCall::allocate_host, [&] { return driver->allocate_host(4096).ok(); }},
+      {DriverCall::free_host, [&] { return driver->free_host(buffer).ok(); }},
+      {DriverCall::copy_to_host, [&] { return driver->copy_to_host(buffer, base, 4096).ok(); }},
+      {DriverCall::copy_to_device, [&] { return driver->copy_to_device(base, buffer, 4096).ok(); }},
   };
   ASSERT_EQ(calls.size(), driver_call_count);
   const DriverCensus before = driver->census();
@@ -97,7 +104,69 @@ TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
     EXPECT_EQ(faults->injected(kind), 1u) << to_string(kind);
     EXPECT_EQ(driver->census(), before) << to_string(kind) << " changed the driver while failing";
   }
+  TESSERA_OK(driver->free_host(buffer));
   TESSERA_OK(driver->destroy_event(event));
+  TESSERA_OK(driver->unmap(base));
+  TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_reservation(base));
+}
+
+// What pause and resume rely on: a backup call that fails moves no byte and holds no buffer, and the same
+// call succeeds when tried again.
+TEST(FaultInjection, AFailedHostBufferOrCopyLeavesDeviceBufferAndCensusAsTheyWere) {
+  auto [driver, faults] = counted_faulty_host();
+  const Address base = TESSERA_OK(driver->reserve(2 * MiB));
+  const PageId page = TESSERA_OK(driver->create_page(2 * MiB));
+  TESSERA_OK(driver->map(base, page));
+  std::vector<unsigned char> device(8192), host(8192);
+  for (std::size_t i = 0; i < device.size(); ++i) {
+    device[i] = static_cast<unsigned char>(i * 7 + 1);
+    host[i] = static_cast<unsigned char>(i * 13 + 5);
+  }
+  TESSERA_OK(driver->write(base, device.data(), device.size()));
+  const HostBuffer buffer = TESSERA_OK(driver->allocate_host(host.size()));
+  std::memcpy(buffer.data, host.data(), host.size());
+  const DriverCensus before = driver->census();
+  auto unchanged = [&](DriverCall kind) {
+    EXPECT_EQ(driver->census(), before) << to_string(kind);
+    std::vector<unsigned char> now(device.size());
+    TESSERA_OK(driver->read(base, now.data(), now.size()));
+    EXPECT_TRUE(now == device) << to_string(kind) << " changed the device";
+    EXPECT_EQ(std::memcmp(buffer.data, host.data(), host.size()), 0) << to_string(kind) << " changed the buffer";
+  };
+
+  faults->fail(DriverCall::allocate_host, 1, FaultInjectingDriver::Repeat::once, Errc::out_of_memory);
+  auto allocated = driver->allocate_host(4096);
+  ASSERT_FALSE(allocated.ok());
+  EXPECT_EQ(allocated.error().code, Errc::out_of_memory);
+  unchanged(DriverCall::allocate_host);
+
+  faults->fail(DriverCall::copy_to_host, 1);
+  EXPECT_FALSE(driver->copy_to_host(buffer, base, host.size()).ok());
+  unchanged(DriverCall::copy_to_host);
+
+  faults->fail(DriverCall::copy_to_device, 1);
+  EXPECT_FALSE(driver->copy_to_device(base, buffer, host.size()).ok());
+  unchanged(DriverCall::copy_to_device);
+
+  faults->fail(DriverCall::free_host, 1);
+  EXPECT_FALSE(driver->free_host(buffer).ok());
+  unchanged(DriverCall::free_host);
+
+  // Each fault fired once; the same calls now succeed.
+  for (DriverCall kind : {DriverCall::allocate_host, DriverCall::free_host, DriverCall::copy_to_host,
+                          DriverCall::copy_to_device}) {
+    EXPECT_EQ(faults->injected(kind), 1u) << to_string(kind);
+    EXPECT_EQ(driver->tally().failures_of(kind), 1u) << to_string(kind);
+  }
+  TESSERA_OK(driver->copy_to_device(base, buffer, host.size()));
+  std::vector<unsigned char> restored(host.size());
+  TESSERA_OK(driver->read(base, restored.data(), restored.size()));
+  EXPECT_TRUE(restored == host);
+  TESSERA_OK(driver->free_host(buffer));
+  EXPECT_EQ(driver->census().host_buffers, 0u);
+  EXPECT_EQ(driver->tally().calls_of(DriverCall::free_host), 2u) << "the counter outside saw both tries";
+
   TESSERA_OK(driver->unmap(base));
   TESSERA_OK(driver->release_page(page));
   TESSERA_OK(driver->release_reservation(base));

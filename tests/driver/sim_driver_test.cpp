@@ -38,6 +38,41 @@ TEST(SimDriver, ChargesTheModelledLatencyOfEachCall) {
   TESSERA_OK(driver.release_reservation(base));
 }
 
+TEST(SimDriver, ChargesHostBuffersAndCopiesByTheBytesTheyMove) {
+  LatencyModel model;
+  model[DriverCall::allocate_host] = {5.0, 0.0, 0.5};
+  model[DriverCall::copy_to_host] = {1.0, 0.0, 0.25};
+  model[DriverCall::copy_to_device] = {2.0, 0.0, 0.125};
+  auto sim = TESSERA_OK(make_sim_driver({.capacity = 64 * MiB, .host_capacity = 10 * MiB, .latency = model}));
+  Driver& driver = *sim.driver;
+  const Address base = TESSERA_OK(driver.reserve(2 * MiB));
+  const PageId page = TESSERA_OK(driver.create_page(2 * MiB));
+  TESSERA_OK(driver.map(base, page));
+  TESSERA_OK(driver.set_access(base, 2 * MiB));
+
+  const HostBuffer buffer = TESSERA_OK(driver.allocate_host(8000));
+  EXPECT_EQ(buffer.data, nullptr) << "the sim driver has no memory to hand out";
+  TESSERA_OK(driver.copy_to_host(buffer, base + 100, 4000));  // not a granule: charged by the byte
+  TESSERA_OK(driver.copy_to_device(base, buffer, 8000));
+  const CallTally& modelled = sim.clock->modelled();
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::allocate_host), 5'000u + 4'000u);
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::copy_to_host), 1'000u + 1'000u);
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::copy_to_device), 2'000u + 1'000u);
+
+  // The modelled host memory runs out like any other.
+  auto over = driver.allocate_host(10 * MiB);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().code, Errc::out_of_memory);
+  EXPECT_EQ(modelled.calls_of(DriverCall::allocate_host), 1u) << "a refused call is not charged";
+  TESSERA_OK(driver.free_host(buffer));
+  const HostBuffer all = TESSERA_OK(driver.allocate_host(10 * MiB));  // freed bytes are free again
+  TESSERA_OK(driver.free_host(all));
+
+  TESSERA_OK(driver.unmap(base));
+  TESSERA_OK(driver.release_page(page));
+  TESSERA_OK(driver.release_reservation(base));
+}
+
 TEST(SimDriver, DefaultsAreThePublishedA100Figures) {
   const LatencyModel model = LatencyModel::a100();
   EXPECT_DOUBLE_EQ(model[DriverCall::create_page].fixed_us, 193.0);

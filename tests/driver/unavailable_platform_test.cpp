@@ -225,6 +225,28 @@ TEST_F(FakeCuda, OutOfMemoryFromTheDeviceIsTypedAndNamesTheCall) {
   EXPECT_TRUE(driver.release_page(first).ok());
 }
 
+// Host buffers come from cuMemHostAlloc: its out of memory is typed and named, and buffers the caller
+// leaked are freed with the driver.
+TEST_F(FakeCuda, HostBuffersComeFromCuMemHostAllocAndGoWithTheDriver) {
+  {
+    auto made = make();
+    ASSERT_TRUE(made.ok()) << describe(made.error());
+    Driver& driver = **made;
+    auto buffer = driver.allocate_host(4096);
+    ASSERT_TRUE(buffer.ok()) << describe(buffer.error());
+    EXPECT_EQ(control<std::size_t()>("fake_cuda_live_host_buffers")(), 1u);
+    control<void(std::size_t)>("fake_cuda_set_host_limit")(8192);
+    auto over = driver.allocate_host(8192);
+    ASSERT_FALSE(over.ok());
+    EXPECT_EQ(over.error().code, Errc::out_of_memory);
+    EXPECT_EQ(over.error().platform_code, 2);
+    EXPECT_TRUE(contains(over.error().message, "cuMemHostAlloc(8192 bytes)")) << over.error().message;
+    EXPECT_EQ(driver.census().host_buffers, 1u) << "a failed call changes nothing";
+    EXPECT_NE(buffer->data, nullptr);
+  }
+  EXPECT_EQ(control<std::size_t()>("fake_cuda_live_host_buffers")(), 0u) << "the destructor freed the leaked buffer";
+}
+
 // Any thread may call (one at a time): a thread without a context gets the primary one, and a thread with
 // its own context finds it current again after each call.
 TEST_F(FakeCuda, CallsFromOtherThreadsRunInThePrimaryContext) {

@@ -20,6 +20,10 @@
 //   - aclrtReleaseMemAddress refuses a reservation that still holds a mapping, aclrtFreePhysical a handle
 //     still mapped, aclrtUnmapMem an address where no mapping starts. The last two are stricter than anything
 //     ACL documents; the driver's ledger never asks for either.
+//   - aclrtMallocHost: size not 0 [doc]; a host limit answered with ACL_ERROR_RT_MEMORY_ALLOCATION.
+//     aclrtFreeHost frees only what aclrtMallocHost returned [doc], else ACL_ERROR_INVALID_PARAM.
+//   - aclrtMemcpy: count <= destMax [doc]; the device side wholly mapped; a host side inside an
+//     aclrtMallocHost buffer must end inside it, destMax included (real ACL would overrun the buffer).
 //   - Every call but aclInit, aclGetRecentErrMsg and the device calls needs aclInit, and every memory, event
 //     and stream call needs a current context on the calling thread (aclrtSetDevice or
 //     aclrtSetCurrentContext), as on the runtime: a thread without one gets ACL_ERROR_RT_CONTEXT_NULL.
@@ -40,6 +44,10 @@
 //     aclrtEventStatus COMPLETE 0, NOT_READY 1.
 //   The CANN API reference ("aclrtReserveMemAddress", "aclrtMapMem", "aclrtMemGetAllocationGranularity"):
 //     reserved arguments 0 / null, whole handles mapped, a granularity of 2 MiB ("currently only 2M").
+//   The CANN API reference ("aclrtMallocHost", "aclrtFreeHost", "aclrtMemcpy"): aclError
+//     aclrtMallocHost(void **hostPtr, size_t size), size must not be 0, page-locked host memory;
+//     aclError aclrtFreeHost(void *hostPtr) frees only aclrtMallocHost's memory; aclrtMemcpy's count must
+//     not exceed destMax.
 // Built with FAKE_ASCEND_OLD_EVENT_QUERY it exports the deprecated aclrtQueryEvent instead of
 // aclrtQueryEventStatus, as older CANN does. Tests steer it with the fake_ascend_* functions.
 #include <sys/mman.h>
@@ -124,6 +132,9 @@ struct State {
   std::map<std::uintptr_t, Reservation> reservations;  // by base
   std::map<std::uintptr_t, Mapping> mappings;          // by start
   std::set<Event*> events;
+  std::map<std::uintptr_t, std::size_t> host_buffers;  // aclrtMallocHost's: address -> size
+  std::size_t host_limit = std::size_t{1} << 40;       // bytes aclrtMallocHost grants in all
+  std::size_t host_used = 0;
 };
 
 std::mutex mutex;
@@ -179,6 +190,14 @@ bool mapped_range(std::uintptr_t at, std::size_t size) {
   return true;
 }
 
+// Whether a host range [at, at + size) that starts inside an aclrtMallocHost buffer runs past its end.
+bool overruns_host_buffer(std::uintptr_t at, std::size_t size) {
+  auto after = state.host_buffers.upper_bound(at);
+  if (after == state.host_buffers.begin()) return false;
+  const auto& [start, length] = *std::prev(after);
+  return at < start + length && size > length - (at - start);
+}
+
 // aclrtPhysicalMemProp as the documentation allows it; the code and reason of a refusal.
 bool good_properties(const PhysicalMemProp* prop, int& why_code, const char*& why) {
   if (prop->handleType != 0 || prop->allocationType != 0 || prop->location.type != location_device) {
@@ -218,9 +237,18 @@ void fake_ascend_reset() {
   }
   for (auto& [base, reservation] : state.reservations) munmap(reinterpret_cast<void*>(base), reservation.size);
   for (Event* event : state.events) delete event;
+  for (auto& [at, size] : state.host_buffers) munmap(reinterpret_cast<void*>(at), size);
   state = State{};
   current_context = nullptr;
   recent_message.clear();
+}
+std::size_t fake_ascend_live_host_buffers() {
+  std::lock_guard lock(mutex);
+  return state.host_buffers.size();
+}
+void fake_ascend_set_host_limit(std::size_t bytes) {
+  std::lock_guard lock(mutex);
+  state.host_limit = bytes;
 }
 void fake_ascend_set_init_result(int result) {
   std::lock_guard lock(mutex);
@@ -491,6 +519,35 @@ int aclrtUnmapMem(void* virPtr) {
 }
 
 // Host to device and device to host only, the two the driver uses; the device side must be mapped.
+int aclrtMallocHost(void** hostPtr, std::size_t size) {
+  std::lock_guard lock(mutex);
+  if (int r = ready_in_context("aclrtMallocHost"); r != ok) return r;
+  if (hostPtr == nullptr) return fail(invalid_param, "aclrtMallocHost", "null pointer");
+  if (size == 0) return fail(invalid_param, "aclrtMallocHost", "size must not be 0");
+  if (size > state.host_limit - state.host_used) {
+    return fail(rt_memory_allocation, "aclrtMallocHost", "the host limit is reached");
+  }
+  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) return fail(rt_memory_allocation, "aclrtMallocHost", "mmap failed");
+  state.host_buffers.emplace(reinterpret_cast<std::uintptr_t>(data), size);
+  state.host_used += size;
+  *hostPtr = data;
+  return ok;
+}
+
+int aclrtFreeHost(void* hostPtr) {
+  std::lock_guard lock(mutex);
+  if (int r = ready_in_context("aclrtFreeHost"); r != ok) return r;
+  auto found = state.host_buffers.find(reinterpret_cast<std::uintptr_t>(hostPtr));
+  if (found == state.host_buffers.end()) {
+    return fail(invalid_param, "aclrtFreeHost", "not a pointer aclrtMallocHost returned");
+  }
+  munmap(hostPtr, found->second);
+  state.host_used -= found->second;
+  state.host_buffers.erase(found);
+  return ok;
+}
+
 int aclrtMemcpy(void* dst, std::size_t destMax, const void* src, std::size_t count, int kind) {
   std::lock_guard lock(mutex);
   if (int r = ready_in_context("aclrtMemcpy"); r != ok) return r;
@@ -502,6 +559,10 @@ int aclrtMemcpy(void* dst, std::size_t destMax, const void* src, std::size_t cou
   const void* device = kind == memcpy_host_to_device ? static_cast<const void*>(dst) : src;
   if (!mapped_range(reinterpret_cast<std::uintptr_t>(device), count)) {
     return fail(rt_param_invalid, "aclrtMemcpy", "the device range is not mapped");
+  }
+  const bool to_host = kind == memcpy_device_to_host;
+  if (overruns_host_buffer(reinterpret_cast<std::uintptr_t>(to_host ? dst : src), to_host ? destMax : count)) {
+    return fail(invalid_param, "aclrtMemcpy", "the host range runs past the end of its aclrtMallocHost buffer");
   }
   std::memcpy(dst, src, count);
   return ok;

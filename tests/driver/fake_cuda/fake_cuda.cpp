@@ -7,6 +7,11 @@
 // back. Calls that need a context fail with CUDA_ERROR_INVALID_CONTEXT unless the primary context is
 // current on the calling thread, as on the real driver. Tests steer it with the fake_cuda_* functions.
 //
+// Host buffers (cuMemHostAlloc, cuMemFreeHost) are anonymous mappings, kept in a table: cuMemFreeHost of
+// a pointer not in it is CUDA_ERROR_INVALID_VALUE, and a copy that would run past the end of the buffer it
+// starts in is refused the same way (real CUDA would corrupt memory instead). A host limit steers out of
+// memory.
+//
 // Built with the CUDA driver's declarations of our own (the CUDA values: 0 success, 1 invalid value,
 // 2 out of memory, 3 not initialized, 100 no device, 101 invalid device, 201 invalid context, 400 invalid
 // handle, 600 not ready).
@@ -63,6 +68,9 @@ struct State {
   std::map<unsigned long long, Allocation> allocations;
   unsigned long long next_handle = 1;
   int events = 0;
+  std::map<void*, std::size_t> host_buffers;  // cuMemHostAlloc's: pointer -> size
+  std::size_t host_limit = std::size_t{1} << 40;  // bytes cuMemHostAlloc grants in all
+  std::size_t host_used = 0;
 };
 
 std::mutex mutex;
@@ -87,6 +95,7 @@ extern "C" {
 void fake_cuda_reset() {
   std::lock_guard lock(mutex);
   for (auto& [handle, allocation] : state.allocations) close(allocation.fd);
+  for (auto& [data, size] : state.host_buffers) munmap(data, size);
   state = State{};
   current_context = nullptr;
 }
@@ -113,6 +122,14 @@ int fake_cuda_primary_references() {
 std::size_t fake_cuda_live_allocations() {
   std::lock_guard lock(mutex);
   return state.allocations.size();
+}
+std::size_t fake_cuda_live_host_buffers() {
+  std::lock_guard lock(mutex);
+  return state.host_buffers.size();
+}
+void fake_cuda_set_host_limit(std::size_t bytes) {
+  std::lock_guard lock(mutex);
+  state.host_limit = bytes;
 }
 int fake_cuda_live_events() {
   std::lock_guard lock(mutex);
@@ -319,9 +336,45 @@ int cuMemUnmap(unsigned long long at, std::size_t size) {
   return placed == MAP_FAILED ? invalid_value : ok;
 }
 
+// A host range that starts inside a cuMemHostAlloc buffer must end inside it; other host memory is
+// pageable memory the fake cannot check.
+static bool overruns_host_buffer(const void* host, std::size_t size) {
+  const auto* at = static_cast<const char*>(host);
+  auto after = state.host_buffers.upper_bound(const_cast<void*>(host));
+  if (after == state.host_buffers.begin()) return false;
+  const auto& [data, length] = *std::prev(after);
+  const auto* start = static_cast<const char*>(data);
+  return at < start + length && size > length - static_cast<std::size_t>(at - start);
+}
+
+int cuMemHostAlloc(void** pointer, std::size_t size, unsigned int flags) {
+  std::lock_guard lock(mutex);
+  if (int r = ready_in_context(); r != ok) return r;
+  if (pointer == nullptr || size == 0 || (flags & ~0x7u) != 0) return invalid_value;  // PORTABLE|DEVICEMAP|WC
+  if (size > state.host_limit - state.host_used) return out_of_memory;
+  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) return out_of_memory;
+  state.host_buffers.emplace(data, size);
+  state.host_used += size;
+  *pointer = data;
+  return ok;
+}
+
+int cuMemFreeHost(void* pointer) {
+  std::lock_guard lock(mutex);
+  if (int r = ready_in_context(); r != ok) return r;
+  auto found = state.host_buffers.find(pointer);
+  if (found == state.host_buffers.end()) return invalid_value;
+  munmap(found->first, found->second);
+  state.host_used -= found->second;
+  state.host_buffers.erase(found);
+  return ok;
+}
+
 int cuMemcpyHtoD_v2(unsigned long long destination, const void* source, std::size_t size) {
   std::lock_guard lock(mutex);
   if (int r = ready_in_context(); r != ok) return r;
+  if (overruns_host_buffer(source, size)) return invalid_value;
   std::memcpy(reinterpret_cast<void*>(static_cast<std::uintptr_t>(destination)), source, size);
   return ok;
 }
@@ -329,6 +382,7 @@ int cuMemcpyHtoD_v2(unsigned long long destination, const void* source, std::siz
 int cuMemcpyDtoH_v2(void* destination, unsigned long long source, std::size_t size) {
   std::lock_guard lock(mutex);
   if (int r = ready_in_context(); r != ok) return r;
+  if (overruns_host_buffer(destination, size)) return invalid_value;
   std::memcpy(destination, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(source)), size);
   return ok;
 }
