@@ -15,12 +15,48 @@ Json or_null(const std::optional<T>& value) {
   return value ? Json(*value) : Json(nullptr);
 }
 
+// The host-buffer calls serve only the backups of pause(): written where a replay made some, so that the
+// report of a trace without pauses is the same as before they existed.
+bool host_buffer_call(DriverCall call) {
+  return call == DriverCall::allocate_host || call == DriverCall::free_host || call == DriverCall::copy_to_host ||
+         call == DriverCall::copy_to_device;
+}
+
 Json driver_calls(const CallTally& tally) {
+  bool host_buffers = false;
+  for (std::size_t kind = 0; kind < driver_call_count; ++kind) {
+    host_buffers = host_buffers || (host_buffer_call(static_cast<DriverCall>(kind)) && tally.calls[kind] != 0);
+  }
   Json calls = Json::object();
   for (std::size_t kind = 0; kind < driver_call_count; ++kind) {
-    calls[std::string(to_string(static_cast<DriverCall>(kind)))] = tally.calls[kind];
+    const auto call = static_cast<DriverCall>(kind);
+    if (host_buffer_call(call) && !host_buffers) continue;
+    calls[std::string(to_string(call))] = tally.calls[kind];
   }
   return calls;
+}
+
+// Only the kinds called: pause and resume make a few kinds of calls.
+Json called(const CallTally& tally) {
+  Json calls = Json::object();
+  for (std::size_t kind = 0; kind < driver_call_count; ++kind) {
+    if (tally.calls[kind] != 0) calls[std::string(to_string(static_cast<DriverCall>(kind)))] = tally.calls[kind];
+  }
+  return calls;
+}
+
+// Traces with pause and resume events only.
+Json pause_figures(const ReplayResult& result) {
+  Json json;
+  json["pauses"] = result.pauses;
+  json["resumes"] = result.resumes;
+  json["unsupported"] = result.pause_unsupported;
+  json["peak_reserved_while_paused"] = or_null(result.peak_reserved_while_paused);
+  json["pause_driver_calls"] = called(result.pause_driver_calls);
+  json["pause_driver_time_us"] = static_cast<double>(result.pause_time_ns) / 1000.0;
+  json["resume_driver_calls"] = called(result.resume_driver_calls);
+  json["resume_driver_time_us"] = static_cast<double>(result.resume_time_ns) / 1000.0;
+  return json;
 }
 
 Json to_json(const ReplayResult& result) {
@@ -46,6 +82,7 @@ Json to_json(const ReplayResult& result) {
   json["events"] = result.events;
   json["calls_per_iteration"] = replayed ? Json(result.calls_per_iteration) : Json(nullptr);
   json["failure"] = result.failure.empty() ? Json(nullptr) : Json(result.failure);
+  if (replayed && result.pauses + result.resumes > 0) json["pause"] = pause_figures(result);
   return json;
 }
 
