@@ -223,6 +223,51 @@ int run_operator_memory_csv(const std::uint8_t* data, std::size_t size) {
   return 0;
 }
 
+int run_memory_record_csv(const std::uint8_t* data, std::size_t size) {
+  constexpr std::string_view target = "memory_record_csv";
+  Result<std::vector<MemoryRecord>> records = parse_memory_record_csv(as_text(data, size), fuzz_source);
+  if (!records) {
+    check_reader_error(target, records.error());
+    return 0;
+  }
+  for (const MemoryRecord& record : *records) {
+    if (record.line < 2) fail(target, fmt::format("a record on line {}, where the header is", record.line));
+    if (record.device.empty()) fail(target, "a record names no device");
+    if (record.time_us < 0) fail(target, fmt::format("a record at {} us, before time began", record.time_us));
+  }
+  if (records->empty()) return 0;
+  // One block live from the first record's time to the last's, on the first record's device: every record of
+  // its component and device is taken, the peak is their most, and the totals after the free are the last
+  // record's of the latest time (rows of one time in the file's order).
+  const MemoryRecord& first = records->front();
+  Trace trace;
+  trace.name = "fuzz";
+  trace.device = first.device;
+  trace.streams = {StreamId{0}};
+  trace.block_count = 1;
+  std::int64_t begin = first.time_us;
+  std::int64_t end = first.time_us;
+  std::uint64_t most = 0;
+  const MemoryRecord* last = nullptr;
+  for (const MemoryRecord& record : *records) {
+    if (record.component != first.component || record.device != first.device) continue;
+    begin = std::min(begin, record.time_us);
+    if (last == nullptr || record.time_us >= last->time_us) last = &record;
+    end = std::max(end, record.time_us);
+    most = std::max(most, record.reserved);
+  }
+  trace.events = {TraceEvent::alloc(0, 1, 0, begin), TraceEvent::free(0, 1, 0, end)};
+  const std::optional<RecordedTotals> totals = totals_from_memory_record(trace, *records, first.component);
+  if (!totals) fail(target, "the first record's own component and device give no totals");
+  if (totals->reserved_after.size() != 2) fail(target, fmt::format("{} totals for 2 events", totals->reserved_after.size()));
+  if (totals->peak_reserved != most) fail(target, fmt::format("peak reserved {} where the most is {}", totals->peak_reserved, most));
+  if (totals->reserved_after.back() != last->reserved) {
+    fail(target, fmt::format("{} reserved after the last event, where the last record (line {}) has {}",
+                             totals->reserved_after.back(), last->line, last->reserved));
+  }
+  return 0;
+}
+
 int run_stalloc_trace(const std::uint8_t* data, std::size_t size) {
   constexpr std::string_view target = "stalloc_trace";
   Result<Trace> trace = parse_stalloc_trace(as_text(data, size), fuzz_source);
@@ -974,10 +1019,11 @@ std::string encode_allocator_ops(const Trace& trace, std::uint8_t variant, std::
 }
 
 std::span<const Target> targets() {
-  static constexpr std::array<Target, 8> all = {{
+  static constexpr std::array<Target, 9> all = {{
       {"pytorch_snapshot", run_pytorch_snapshot},
       {"kineto_json", run_kineto_json},
       {"operator_memory_csv", run_operator_memory_csv},
+      {"memory_record_csv", run_memory_record_csv},
       {"lifetimes_csv", run_lifetimes_csv},
       {"stalloc_trace", run_stalloc_trace},
       {"text_trace", run_text_trace},

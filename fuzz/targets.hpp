@@ -31,6 +31,9 @@ int run_lifetimes_csv(const std::uint8_t* data, std::size_t size);
 // The profiles: + one recorded total per event where there are any, and the peaks are their most.
 int run_kineto_json(const std::uint8_t* data, std::size_t size);
 int run_operator_memory_csv(const std::uint8_t* data, std::size_t size);
+// torch_npu's memory_record.csv: records on lines after the header, each naming a device; the real
+// allocator's totals taken from them (totals_from_memory_record) agree with the records.
+int run_memory_record_csv(const std::uint8_t* data, std::size_t size);
 int run_stalloc_trace(const std::uint8_t* data, std::size_t size);
 int run_text_trace(const std::uint8_t* data, std::size_t size);  // + formatted text is stable
 // parse_allocator_config: an accepted configuration makes an allocator and reads back the same from its

@@ -25,7 +25,7 @@ tessera_install_packages
 build="$TESSERA_ROOT/build-fuzz"
 seconds="${1:-20}"
 shift || true
-all_targets=(pytorch_snapshot kineto_json operator_memory_csv lifetimes_csv stalloc_trace text_trace allocator_config allocator_ops)
+all_targets=(pytorch_snapshot kineto_json operator_memory_csv memory_record_csv lifetimes_csv stalloc_trace text_trace allocator_config allocator_ops)
 targets=("$@")
 ((${#targets[@]} > 0)) || targets=("${all_targets[@]}")
 jobs="${FUZZ_JOBS:-1}"
@@ -34,7 +34,7 @@ jobs="${FUZZ_JOBS:-1}"
 # small ones, and every structure they have fits in 16 KiB.
 seed_limit=16384
 declare -A max_len=([pytorch_snapshot]=$seed_limit [kineto_json]=$seed_limit [operator_memory_csv]=$seed_limit
-                    [lifetimes_csv]=$seed_limit [stalloc_trace]=$seed_limit
+                    [memory_record_csv]=$seed_limit [lifetimes_csv]=$seed_limit [stalloc_trace]=$seed_limit
                     [text_trace]=$seed_limit [allocator_config]=512 [allocator_ops]=2048)
 for target in "${targets[@]}"; do
   [[ -n "${max_len[$target]:-}" ]] || { echo "fuzz.sh: unknown target '$target' (${all_targets[*]})" >&2; exit 2; }
@@ -71,7 +71,11 @@ copy_small pytorch_snapshot "$shared"/pytorch/*.gz
 copy_small lifetimes_csv "$TESSERA_ROOT"/tests/trace/data/*.csv "$TESSERA_ROOT"/tests/cli/data/*.csv "$shared"/lifetimes/*.gz
 copy_small stalloc_trace "$TESSERA_ROOT"/tests/trace/data/stalloc*
 copy_small kineto_json "$TESSERA_ROOT"/tests/trace/data/kineto*.gz
-copy_small operator_memory_csv "$TESSERA_ROOT"/tests/trace/data/*operator_memory.csv
+copy_small operator_memory_csv "$TESSERA_ROOT"/tests/trace/data/*operator_memory.csv "$TESSERA_ROOT"/tests/trace/data/*/operator_memory.csv
+copy_small memory_record_csv "$TESSERA_ROOT"/tests/trace/data/*/memory_record.csv
+# and a layout without Stream Ptr (MindSpore's profiler writes one), with quoted fields and a second device
+printf 'Component,Timestamp(us),Total Allocated(MB),Total Reserved(MB),Total Active(MB),Device Type\n"PTA",1700000000000001.5,0.5,2.0,0.5,NPU:1\nGE,1700000000000002,0,4,0,NPU:1\nPTA,1700000000000003,1.25,2.0,1.25,"NPU:1"\nPTA,1700000000000003,0.25,6.0,0.25,NPU:0\r\n' \
+  >"$seeds/memory_record_csv/no_stream_ptr.csv"
 head -c 16000 "$TESSERA_ROOT"/tests/trace/data/kineto_cpu.json >"$seeds/kineto_json/kineto_cpu-prefix.json"
 copy_small text_trace "$TESSERA_ROOT"/tests/trace/data/*.trace "$TESSERA_ROOT"/tests/cli/data/*.trace
 for target in pytorch_snapshot lifetimes_csv stalloc_trace text_trace; do  # gzip-compressed small ones

@@ -46,7 +46,15 @@ struct LatencyModel {
   // Published A100 figures (kvcached's VMM benchmark) plus documented assumptions for
   // the calls it does not cover; see docs/drivers.md.
   static LatencyModel a100();
+  // ACL's VMM calls on an Ascend 910B: assumptions, each the A100 figure of the matching CUDA call, since
+  // no measurement of them is known to this project; no set-access call (docs/drivers.md).
+  static LatencyModel ascend_910b();
 };
+
+// The platform whose VMM contract the sim driver follows. cuda: map() needs set_access(), a page may be
+// mapped in parts (partial_map) and at several addresses. ascend: as the ascend driver declares ACL's
+// (aclrtMapMem maps whole handles, no set-access call, one mapping of a handle at a time).
+enum class SimPlatform : std::uint8_t { cuda, ascend };
 
 struct SimDriverOptions {
   Bytes capacity = 80 * GiB;
@@ -55,6 +63,10 @@ struct SimDriverOptions {
   // Assumption: the 2 TiB of a DGX-class 8-GPU server.
   Bytes host_capacity = 2048 * GiB;
   LatencyModel latency = LatencyModel::a100();
+  SimPlatform platform = SimPlatform::cuda;
+
+  // An Ascend 910B of 64 GiB HBM: 2 MiB granule, the ascend platform, LatencyModel::ascend_910b().
+  static SimDriverOptions ascend_910b();
 };
 
 // The sim driver's own counters: every call it executed and the modelled nanoseconds charged.

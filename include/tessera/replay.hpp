@@ -24,6 +24,7 @@
 #include "tessera/allocator.hpp"
 #include "tessera/device_allocator.hpp"
 #include "tessera/driver.hpp"
+#include "tessera/drivers.hpp"
 #include "tessera/trace.hpp"
 
 namespace tessera {
@@ -43,6 +44,7 @@ inline constexpr Bytes min_replay_granularity = 4 * KiB;
 struct ReplayOptions {
   std::string allocator = "tessera";
   std::string driver = "sim";  // "sim" or "host": a replay never needs an accelerator
+  SimPlatform sim_platform = SimPlatform::cuda;  // sim only: whose VMM contract and latencies it models
   std::optional<Bytes> capacity;  // none: unlimited
   Bytes granularity = 2 * MiB;    // a power of two, at least min_replay_granularity
   AllocatorConfig tessera_config;
@@ -127,6 +129,17 @@ ReplayResult ideal_cache_result(const Trace& trace, Bytes granularity, std::size
 std::optional<ReplayResult> reference_result(std::string_view name, const Trace& trace, Bytes granularity,
                                              std::size_t series_points = 0);
 bool is_reference_line(std::string_view name);
+
+// The real allocator's line, from what a profile recorded of it (read_recording's RecordedTotals): a result
+// named recorded_line_name, with no driver figures, beside the replays of the same trace.
+//   peak_reserved   the recorded peak of Total Reserved
+//   peak_allocated  the recorded peak of Total Allocated (the trace's live bytes where none was recorded)
+//   reserved_at_peak_allocated, frag_at_peak, avg_frag   as a replay's, from the recorded totals
+// and with series_points > 0 a series sampled where a replay samples. None when the recording carries no
+// reserved bytes after each event, or only zeros (a CPU profile: the CPU allocator caches nothing).
+inline constexpr std::string_view recorded_line_name = "recorded";
+std::optional<ReplayResult> recorded_result(const Trace& trace, const RecordedTotals& recorded,
+                                            std::size_t series_points = 0);
 
 // The lowest avg_frag an allocator can have on this trace if it gives a page back only once the page has
 // sat idle for more than `idle_events` events (0: never, as every caching allocator here at unlimited

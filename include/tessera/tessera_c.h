@@ -76,6 +76,43 @@ TESSERA_C_API void tessera_npu_empty_cache(bool check_error); /* set_reset_fn ta
 TESSERA_C_API void tessera_npu_set_memory_fraction(double fraction, int device);
 TESSERA_C_API void tessera_npu_record_stream(void* ptr, void* stream);
 
+/* NPUPluggableAllocator's statistics hooks (set_get_device_stats_fn, set_reset_peak_status_fn), through
+ * which torch_npu.npu.memory_stats(), max_memory_reserved() and memory_summary() read Tessera's figures.
+ * tessera_npu_device_stats is laid out as torch_npu's c10_npu::NPUCachingAllocator::DeviceStats
+ * (torch_npu/csrc/core/npu/NPUCachingAllocator.h, torch_npu v2.7.1, whose NPUPluggableAllocator takes these
+ * hooks): Stat is {int64 current, peak, allocated, freed}; each StatArray is 3 Stats indexed
+ * aggregate, small_pool, large_pool. Untested against torch_npu itself (docs/pytorch.md). torch_npu's
+ * set_snapshot_fn hook returns a C++ SnapshotInfo (std::vector members): a C function cannot be it, and
+ * Tessera offers none. */
+enum { TESSERA_NPU_STAT_AGGREGATE = 0, TESSERA_NPU_STAT_SMALL_POOL = 1, TESSERA_NPU_STAT_LARGE_POOL = 2 };
+typedef struct tessera_npu_stat {
+  int64_t current;
+  int64_t peak;      /* since the start or the last peak reset */
+  int64_t allocated; /* added since the start */
+  int64_t freed;     /* removed since the start */
+} tessera_npu_stat;
+typedef struct tessera_npu_device_stats {
+  tessera_npu_stat allocation[3];           /* live blocks */
+  tessera_npu_stat segment[3];              /* pages held from the device (aggregate only) */
+  tessera_npu_stat active[3];               /* = allocation: a block is active from alloc to the caller's free */
+  tessera_npu_stat inactive_split[3];       /* 0: no free block pins memory in Tessera */
+  tessera_npu_stat allocated_bytes[3];      /* live bytes after rounding */
+  tessera_npu_stat reserved_bytes[3];       /* physical bytes held from the device (aggregate only) */
+  tessera_npu_stat active_bytes[3];         /* = allocated_bytes */
+  tessera_npu_stat inactive_split_bytes[3]; /* 0 */
+  tessera_npu_stat requested_bytes[3];      /* live bytes as asked */
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+  tessera_npu_stat oversize_allocations; /* 0: Tessera has no max_split_size */
+  tessera_npu_stat oversize_segments;    /* 0 */
+  int64_t max_split_size;                /* 0 */
+} tessera_npu_device_stats;
+/* The statistics of `device` (all zero before its first allocation, and for a device out of range, which
+ * also leaves a message). The function for set_get_device_stats_fn: DeviceStats(*)(int). */
+TESSERA_C_API tessera_npu_device_stats tessera_npu_get_device_stats(int device);
+/* tessera_reset_peak_memory_stats without a result: the function for set_reset_peak_status_fn, void(*)(int). */
+TESSERA_C_API void tessera_npu_reset_peak_stats(int device);
+
 /* ---- Configuration. */
 
 /* Chooses the driver ("cuda", "ascend", "host", "sim"; NULL: as above) and the allocator's configuration
@@ -114,7 +151,8 @@ TESSERA_C_API const char* tessera_last_error(void);
 TESSERA_C_API const char* tessera_last_error_any_thread(void);
 TESSERA_C_API void tessera_clear_error(void);
 
-/* ---- Statistics, in PyTorch's vocabulary (memory_stats() keys in brackets). */
+/* ---- Statistics, in PyTorch's vocabulary (memory_stats() keys in brackets). Peaks are since the start or
+ * the last tessera_reset_peak_memory_stats. */
 typedef struct tessera_memory_stats {
   uint64_t allocated_bytes;        /* [allocated_bytes.all.current] live bytes after rounding */
   uint64_t allocated_bytes_peak;   /* [allocated_bytes.all.peak] */
@@ -153,6 +191,9 @@ TESSERA_C_API int tessera_get_memory_stats(int device, tessera_memory_stats* out
 TESSERA_C_API const char* tessera_memory_stats_json(int device);
 /* A text table of the statistics, like torch.cuda.memory_summary(). NULL on failure. */
 TESSERA_C_API const char* tessera_memory_summary(int device);
+/* Every peak of `device` (bytes and counts, allocated, requested and reserved) starts again from the current
+ * value, as torch.cuda.reset_peak_memory_stats. 0; -1 and a message for a device out of range. */
+TESSERA_C_API int tessera_reset_peak_memory_stats(int device);
 
 /* ---- Allocation history and snapshots (torch.cuda.memory._record_memory_history / _dump_snapshot). */
 

@@ -200,9 +200,14 @@ struct RecordedTotals {
   std::uint64_t peak_allocated = 0;  // likewise of allocated_after
 };
 
+enum class TraceFormat : std::uint8_t;
+
 struct ProfileRecording {
   Trace trace;
   RecordedTotals recorded;
+  TraceFormat format{};  // what it was read as (read_recording); TraceFormat::automatic when not said
+  // Where `recorded` comes from when not from the file itself: the memory_record.csv read beside it.
+  std::filesystem::path recorded_from;
 };
 
 // Kineto's Chrome trace JSON (torch.profiler with profile_memory=True, export_chrome_trace): the "[memory]"
@@ -231,6 +236,35 @@ Result<ProfileRecording> parse_operator_memory_recording(std::string_view bytes,
 Result<Trace> read_operator_memory_csv(const std::filesystem::path& path, const OperatorMemoryOptions& options = {});
 Result<Trace> parse_operator_memory_csv(std::string_view bytes, std::string_view source,
                                         const OperatorMemoryOptions& options = {});
+
+// torch_npu's profiler output memory_record.csv, written beside operator_memory.csv: the allocators' totals
+// over time, one row per change. Its columns, as torch_npu's profiler documentation lists them: Component,
+// Timestamp(us), Total Allocated(MB), Total Reserved(MB), Total Active(MB), Stream Ptr, Device Type. Found by
+// name in the header; Component, Timestamp(us), Total Reserved(MB) and Device Type are required (the others
+// are not read: other writers of the file, MindSpore's profiler among them, leave out Stream Ptr).
+struct MemoryRecord {
+  std::size_t line = 0;    // in the file, for messages
+  std::string component;   // "PTA" (torch_npu's caching allocator), "GE", "PTA+GE", "APP" (the whole process), ...
+  std::int64_t time_us = 0;  // Timestamp(us), rounded to the microsecond
+  std::optional<std::uint64_t> allocated;  // Total Allocated, in bytes; none when the file has no such column
+  std::uint64_t reserved = 0;              // Total Reserved, in bytes
+  std::string device;      // as Trace::device names it ("npu:0"): Device Type in lower case
+};
+
+Result<std::vector<MemoryRecord>> read_memory_record_csv(const std::filesystem::path& path);
+Result<std::vector<MemoryRecord>> parse_memory_record_csv(std::string_view bytes, std::string_view source);
+
+// The component whose rows are the real allocator's: PTA, torch_npu's caching allocator, whose blocks
+// operator_memory.csv's aten rows are. (APP counts every byte the process holds on the device, the runtime's
+// included; GE is the graph engine's own memory.)
+inline constexpr std::string_view real_allocator_component = "PTA";
+
+// The totals of `component`'s records on the trace's device after each trace event: those of the last record
+// at or before the event's time (0 before the first). Records before the first event count towards the peaks
+// as the totals before it; records after the last event are past the trace. None when no record is of that
+// component and device, or when an event of the trace carries no time.
+std::optional<RecordedTotals> totals_from_memory_record(const Trace& trace, const std::vector<MemoryRecord>& records,
+                                                        std::string_view component = real_allocator_component);
 
 // Tessera's own text format (docs/trace-format.md), written by write_text_trace and read back unchanged.
 Result<Trace> read_text_trace(const std::filesystem::path& path);
@@ -262,7 +296,9 @@ struct TraceReadOptions {
 Result<Trace> read_trace(const std::filesystem::path& path, const TraceReadOptions& options = {});
 Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options = {});
 // Any format, with what the file recorded of the real allocator: PyTorch snapshots' and the profiles'
-// reserved bytes, the profiles' allocated bytes (empty where the format has none).
+// reserved bytes, the profiles' allocated bytes (empty where the format has none). read_recording of an
+// operator_memory.csv with a memory_record.csv in the same folder takes the totals from the latter (its PTA
+// rows, totals_from_memory_record) where it has any; an unreadable memory_record.csv is an error naming it.
 Result<ProfileRecording> read_recording(const std::filesystem::path& path, const TraceReadOptions& options = {});
 Result<ProfileRecording> parse_recording(std::string_view bytes, std::string_view source,
                                          const TraceReadOptions& options = {});

@@ -35,6 +35,7 @@ __all__ = [
     "pause",
     "record_memory_history",
     "region",
+    "reset_peak_memory_stats",
     "resume",
     "sleep",
     "version",
@@ -123,6 +124,13 @@ def memory_summary(device=0):
     if text is None:
         fail("tessera_memory_summary")
     return text.decode()
+
+
+def reset_peak_memory_stats(device=0):
+    """Every peak of memory_stats() ("*.peak": bytes and counts, allocated, requested, reserved) starts again
+    from the current value, as torch.cuda.reset_peak_memory_stats."""
+    if library().tessera_reset_peak_memory_stats(_device_index(device, "reset_peak_memory_stats")) != 0:
+        fail("tessera_reset_peak_memory_stats")
 
 
 def empty_cache():

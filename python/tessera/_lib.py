@@ -60,6 +60,7 @@ def _declare(lib):
         "tessera_clear_error": (None, []),
         "tessera_memory_stats_json": (c.c_char_p, [c.c_int]),
         "tessera_memory_summary": (c.c_char_p, [c.c_int]),
+        "tessera_reset_peak_memory_stats": (c.c_int, [c.c_int]),
         "tessera_record_memory_history": (c.c_int, [c.c_size_t]),
         "tessera_dump_snapshot": (c.c_int, [c.c_char_p, c.c_int]),
         "tessera_push_tag": (None, [c.c_char_p]),

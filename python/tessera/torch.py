@@ -2,7 +2,8 @@
 
     import tessera.torch
     tessera.torch.enable("cuda")   # CUDAPluggableAllocator (PyTorch >= 2.0), before the first CUDA tensor
-    tessera.torch.enable("npu")    # torch_npu's NPUPluggableAllocator (untested on Ascend hardware)
+    tessera.torch.enable("npu")    # torch_npu's NPUPluggableAllocator and its statistics hooks (untested on Ascend
+                                   # hardware and against torch_npu itself)
     tessera.torch.enable("cpu")    # libtorch's CPU allocator, through libtessera_torch_cpu.so (host driver)
 
 Then tessera.memory_stats(), memory_summary(), record_memory_history() and dump_snapshot() report on it.
@@ -101,10 +102,20 @@ def _configure(driver, conf):
     return lib
 
 
+def _allocator_handle(allocator):
+    """The C++ allocator object behind PyTorch's (or torch_npu's) Python wrapper: the one with the set_*_fn."""
+    return allocator.allocator() if hasattr(allocator, "allocator") else getattr(allocator, "_allocator", None)
+
+
+def _address(lib, symbol):
+    """A C function's address, as the pluggable allocators' setters take it (an integer)."""
+    return ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
+
+
 def _install_hooks(allocator, prefix, reset_name):
     """The optional hooks of a pluggable allocator, where this PyTorch offers them."""
     lib = _lib.library()
-    handle = allocator.allocator() if hasattr(allocator, "allocator") else getattr(allocator, "_allocator", None)
+    handle = _allocator_handle(allocator)
     hooks = {
         "set_init_fn": f"tessera{prefix}_init",
         "set_reset_fn": reset_name,
@@ -113,7 +124,37 @@ def _install_hooks(allocator, prefix, reset_name):
     }
     for setter, symbol in hooks.items():
         if handle is not None and hasattr(handle, setter):
-            getattr(handle, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
+            getattr(handle, setter)(_address(lib, symbol))
+
+
+# torch_npu's statistics hooks (NPUPluggableAllocator of torch_npu 2.7.1; earlier ones may lack them), so that
+# torch_npu.npu.memory_stats(), max_memory_reserved() and memory_summary() read Tessera's figures (tessera_c.h:
+# tessera_npu_device_stats).
+_NPU_STATS_HOOKS = {
+    "set_get_device_stats_fn": "tessera_npu_get_device_stats",
+    "set_reset_peak_status_fn": "tessera_npu_reset_peak_stats",
+}
+
+
+def _install_npu_stats_hooks(allocator):
+    """Installs the statistics hooks this torch_npu offers; says once which, and which it lacks. Returns the
+    setters installed."""
+    lib = _lib.library()
+    handle = _allocator_handle(allocator)
+    installed = [setter for setter in _NPU_STATS_HOOKS if handle is not None and hasattr(handle, setter)]
+    for setter in installed:
+        getattr(handle, setter)(_address(lib, _NPU_STATS_HOOKS[setter]))
+    lacking = [setter for setter in _NPU_STATS_HOOKS if setter not in installed]
+    notice = "tessera.torch.enable('npu'): NPUPluggableAllocator statistics hooks installed: " + (
+        ", ".join(installed) or "none")
+    if lacking:
+        notice += ("; this torch_npu lacks " + ", ".join(lacking) + " (torch_npu 2.7.1 has them), so "
+                   "torch_npu.npu.memory_stats() cannot show Tessera's figures: read tessera.memory_stats()")
+    # set_snapshot_fn's hook returns torch_npu's C++ SnapshotInfo (std::vector members): no C function can.
+    notice += ("; set_snapshot_fn left unset (a C library cannot build its C++ SnapshotInfo): "
+               "use tessera.dump_snapshot()")
+    pytorch_conf.tell_once(notice, lambda text: warnings.warn(text, stacklevel=6))  # at enable()'s caller
+    return installed
 
 
 def _enable_cuda(conf, driver):
@@ -149,6 +190,7 @@ def _enable_npu(conf, driver):
     _configure(driver, conf)
     allocator = memory.NPUPluggableAllocator(_lib.path(), "tessera_torch_npu_alloc", "tessera_npu_free")
     _install_hooks(allocator, "_npu", "tessera_npu_empty_cache")
+    _install_npu_stats_hooks(allocator)
     try:
         memory.change_current_allocator(allocator)
     except RuntimeError as error:

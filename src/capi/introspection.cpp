@@ -47,12 +47,13 @@ void fill(const DeviceReport& report, tessera_memory_stats& out) {
   const AllocatorStats& common = report.stats.common;
   const PoolUsage& all = report.usage.all;
   out = tessera_memory_stats{};
+  // The peaks are the usage counter's, which tessera_reset_peak_memory_stats starts again.
   out.allocated_bytes = common.allocated_bytes;
-  out.allocated_bytes_peak = common.peak_allocated_bytes;
+  out.allocated_bytes_peak = all.allocated_bytes.peak;
   out.requested_bytes = common.requested_bytes;
-  out.requested_bytes_peak = common.peak_requested_bytes;
+  out.requested_bytes_peak = all.requested_bytes.peak;
   out.reserved_bytes = common.reserved_bytes;
-  out.reserved_bytes_peak = common.peak_reserved_bytes;
+  out.reserved_bytes_peak = report.usage.reserved_bytes.peak;
   out.allocations = all.allocation.current;
   out.allocations_peak = all.allocation.peak;
   out.allocations_total = all.allocation.allocated;
@@ -91,9 +92,9 @@ std::string stats_json(const DeviceReport& report) {
     put_counter(json, fmt::format("allocated_bytes.{}", name), pool->allocated_bytes);
     put_counter(json, fmt::format("requested_bytes.{}", name), pool->requested_bytes);
   }
+  put_counter(json, "reserved_bytes.all", report.usage.reserved_bytes);
+  put_counter(json, "segment.all", report.usage.segment);
   const AllocatorStats& common = report.stats.common;
-  json["reserved_bytes.all.current"] = common.reserved_bytes;
-  json["reserved_bytes.all.peak"] = common.peak_reserved_bytes;
   json["num_alloc_retries"] = common.num_alloc_retries;
   json["num_ooms"] = common.num_ooms;
   json["num_sync_all_streams"] = common.num_sync_all_streams;
@@ -174,7 +175,7 @@ std::string summary(int index, const DeviceReport& report) {
   count_row("      from small pool", usage.small_pool.allocation);
   text += rule;
   const AllocatorStats& common = report.stats.common;
-  row("Reserved memory", format_size(common.reserved_bytes), format_size(common.peak_reserved_bytes), "", "");
+  row("Reserved memory", format_size(common.reserved_bytes), format_size(usage.reserved_bytes.peak), "", "");
   row("      mapped", format_size(report.stats.mapped_bytes), "", "", "");
   row("      pooled (unmapped)", format_size(report.stats.pooled_bytes), "", "", "");
   row("      cached (unused)", format_size(report.stats.cached_bytes), "", "", "");
@@ -225,6 +226,14 @@ const char* tessera_memory_summary(int device) {
     if (!check_index("tessera_memory_summary", device)) return nullptr;
     text = summary(device, report_of(device));
     return text.c_str();
+  });
+}
+
+int tessera_reset_peak_memory_stats(int device) {
+  return guarded("tessera_reset_peak_memory_stats", -1, [&] {
+    if (!check_index("tessera_reset_peak_memory_stats", device)) return -1;
+    if (Device* found = existing_device(device)) found->usage.reset_peaks();
+    return 0;
   });
 }
 

@@ -39,6 +39,33 @@ void UsageCounter::block_freed(const BlockEvent& event) {
   apply(usage_, event, [](Counter& counter, std::uint64_t amount) { counter.remove(amount); });
 }
 
+void UsageCounter::pages_created(std::uint64_t count, Bytes bytes) {
+  std::lock_guard lock(mutex_);
+  usage_.segment.add(count);
+  usage_.reserved_bytes.add(bytes);
+}
+
+void UsageCounter::pages_released(std::uint64_t count, Bytes bytes) {
+  std::lock_guard lock(mutex_);
+  usage_.segment.remove(count);
+  usage_.reserved_bytes.remove(bytes);
+}
+
+void UsageCounter::start_from(std::uint64_t pages, Bytes bytes) {
+  std::lock_guard lock(mutex_);
+  usage_.segment.add(pages);
+  usage_.reserved_bytes.add(bytes);
+}
+
+void UsageCounter::reset_peaks() {
+  std::lock_guard lock(mutex_);
+  for (PoolUsage* pool : {&usage_.all, &usage_.small_pool, &usage_.large_pool}) {
+    for (Counter* counter : {&pool->allocation, &pool->allocated_bytes, &pool->requested_bytes}) counter->reset_peak();
+  }
+  usage_.segment.reset_peak();
+  usage_.reserved_bytes.reset_peak();
+}
+
 Usage UsageCounter::usage() const {
   std::lock_guard lock(mutex_);
   return usage_;

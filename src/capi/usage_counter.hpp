@@ -1,7 +1,8 @@
 // Counts of blocks and bytes per pool, in PyTorch's memory_stats() terms (allocation.*, allocated_bytes.*,
-// requested_bytes.* with current, peak, allocated and freed), computed from the allocator's observer
-// callbacks. The allocator's own stats() has the "all" current and peak bytes; this adds the counts, the
-// per-pool split and the cumulative totals that PyTorch reports too.
+// requested_bytes.* with current, peak, allocated and freed), and the pages held from the device (segment.all.*,
+// reserved_bytes.all.*), computed from the allocator's observer callbacks. The allocator's own stats() has the
+// "all" current and peak bytes; this adds the counts, the per-pool split, the cumulative totals that PyTorch
+// reports too, and peaks that reset_peaks() starts again (the allocator's own never reset).
 #pragma once
 
 #include <array>
@@ -21,6 +22,7 @@ struct Counter {
 
   void add(std::uint64_t amount);
   void remove(std::uint64_t amount);
+  void reset_peak() { peak = current; }
 };
 
 // One pool's counters: blocks, rounded bytes, requested bytes.
@@ -34,12 +36,19 @@ struct Usage {
   PoolUsage all;
   PoolUsage small_pool;
   PoolUsage large_pool;
+  Counter segment;         // pages held from the device (pages are not split by pool)
+  Counter reserved_bytes;  // their bytes
 };
 
 class UsageCounter final : public AllocatorObserver, private detail::ForkMember {
  public:
   void block_allocated(const BlockEvent& event) override;
   void block_freed(const BlockEvent& event) override;
+  void pages_created(std::uint64_t count, Bytes bytes) override;
+  void pages_released(std::uint64_t count, Bytes bytes) override;
+  // The pages the allocator held before this counter was added as its observer.
+  void start_from(std::uint64_t pages, Bytes bytes);
+  void reset_peaks();
   Usage usage() const;
 
  private:

@@ -304,7 +304,12 @@ Result<void> TesseraAllocatorImpl::do_resume(std::string_view name) {
   if (!tag) return std::move(tag).error();
   TagState& state = *state_of(*tag);
   if (!state.paused) return {};
-  mapper_.retry_stale_events();
+  // Frees waiting for events give their pages first (a block over slivers keeps its pages until then).
+  if (auto done = process_pending(true); !done) {
+    return make_error(done.error().code, fmt::format("tessera: resume of tag '{}': waiting for pending frees failed; "
+                                                     "the tag stays paused with its backups: {}",
+                                                     name, done.error().message));
+  }
   std::size_t missing = 0;
   if (auto mapped = map_tag(*tag, missing); !mapped) {
     // Back to the state the pause left: nothing of the tag mapped, new pages given back.

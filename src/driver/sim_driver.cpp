@@ -38,23 +38,43 @@ LatencyModel LatencyModel::a100() {
   return model;
 }
 
+LatencyModel LatencyModel::ascend_910b() {
+  // aclrtReserveMemAddress, aclrtMallocPhysical, aclrtMapMem, aclrtUnmapMem, aclrtFreePhysical,
+  // aclrtReleaseMemAddress and ACL's events and synchronization: assumed to cost what the matching CUDA
+  // call costs on an A100, for want of a measurement on a 910B. ACL has no set-access call; the ascend
+  // platform never makes one, and it is charged nothing should a caller try.
+  LatencyModel model = a100();
+  model[DriverCall::set_access] = {0.0, 0.0};
+  return model;
+}
+
+SimDriverOptions SimDriverOptions::ascend_910b() {
+  return {.capacity = 64 * GiB, .granularity = 2 * MiB, .latency = LatencyModel::ascend_910b(),
+          .platform = SimPlatform::ascend};
+}
+
 namespace {
 
 using detail::PlatformHandle;
 
+// Capabilities per platform; data access, host pointers and asynchrony are the sim's own (it has no memory
+// and completes work at once), whichever platform it follows.
+DriverCapabilities sim_capabilities(SimPlatform platform) {
+  const bool cuda = platform == SimPlatform::cuda;
+  return DriverCapabilities{.needs_set_access = cuda,
+                            .page_multi_mapping = cuda,
+                            .data_access = false,
+                            .host_pointers = false,
+                            .asynchronous = false,
+                            .partial_map = cuda,
+                            .survives_fork = true,
+                            .host_backup = true};
+}
+
 class SimDriver final : public detail::PlatformDriver, public SimClock {
  public:
   explicit SimDriver(const SimDriverOptions& options)
-      : PlatformDriver("sim",
-                       DriverCapabilities{.needs_set_access = true,
-                                          .page_multi_mapping = true,
-                                          .data_access = false,
-                                          .host_pointers = false,
-                                          .asynchronous = false,
-                                          .partial_map = true,
-                                          .survives_fork = true,
-                                          .host_backup = true},
-                       options.granularity, options.capacity),
+      : PlatformDriver("sim", sim_capabilities(options.platform), options.granularity, options.capacity),
         latency_(options.latency),
         host_capacity_(options.host_capacity) {}
 

@@ -29,11 +29,18 @@ Result<Rig> build_rig(const Trace& trace, const ReplayOptions& options, std::opt
   Rig rig;
   std::unique_ptr<Driver> base;
   if (options.driver == "sim") {
-    auto sim = make_sim_driver({.capacity = capacity.value_or(sim_unlimited), .granularity = options.granularity});
+    SimDriverOptions sim_options =
+        options.sim_platform == SimPlatform::ascend ? SimDriverOptions::ascend_910b() : SimDriverOptions{};
+    sim_options.capacity = capacity.value_or(sim_unlimited);
+    sim_options.granularity = options.granularity;
+    auto sim = make_sim_driver(sim_options);
     if (!sim) return std::move(sim).error();
     rig.clock = sim->clock;
     base = std::move(sim->driver);
   } else if (options.driver == "host") {
+    if (options.sim_platform != SimPlatform::cuda) {
+      return make_error(Errc::invalid_argument, "replay: a platform other than cuda is for the sim driver only");
+    }
     // Unlimited on the host driver: four times the trace's peak (the memfd is sparse; nothing is touched),
     // and no more than the sim driver's unlimited, so that a trace of absurd sizes neither overflows it nor
     // asks the kernel for more address space than it has.
@@ -219,6 +226,7 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
   result.trace = trace.name;
   result.allocator = options.allocator;
   result.driver = options.driver;
+  if (options.driver == "sim" && options.sim_platform == SimPlatform::ascend) result.driver = "sim (ascend)";
   result.capacity = options.capacity;
 
   double frag_sum = 0;

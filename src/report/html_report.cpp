@@ -35,16 +35,18 @@ dt { font-weight: 600; margin-top: 6px; } dd { margin-left: 20px; }
 
 constexpr std::string_view allocated_color = "#222222";
 constexpr std::string_view reference_color = "#9a9a9a";
+constexpr std::string_view recorded_color = "#b8860b";  // the real allocator's line: dark gold, thick, solid
 constexpr std::array<std::string_view, 8> palette{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                                   "#9467bd", "#8c564b", "#17becf", "#e377c2"};
 
 // Each allocator keeps its colour on every chart of the page.
 std::string color_of(const std::string& allocator, const std::vector<std::string>& order) {
   if (is_reference_line(allocator)) return std::string(reference_color);
+  if (allocator == recorded_line_name) return std::string(recorded_color);
   std::size_t index = 0;
   for (const std::string& name : order) {
     if (name == allocator) break;
-    if (!is_reference_line(name)) ++index;
+    if (!is_reference_line(name) && name != recorded_line_name) ++index;
   }
   return std::string(palette[index % palette.size()]);
 }
@@ -70,7 +72,7 @@ std::string summary_table(const std::vector<report::TraceGroup>& groups) {
       html += fmt::format(
           "<tr><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
           "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-          escape_xml(result->allocator), format_bytes(result->peak_allocated),
+          escape_xml(report::display_name(*result)), format_bytes(result->peak_allocated),
           format_bytes(result->reserved_at_peak_allocated), format_bytes(result->peak_reserved),
           percent(result->frag_at_peak), percent(result->avg_frag),
           result->min_capacity ? format_bytes(*result->min_capacity) : "&ndash;", percent(result->overhead),
@@ -100,9 +102,10 @@ std::string overhead_chart(const std::vector<report::TraceGroup>& groups, const 
     report::BarGroup bar_group{group.trace, {}};
     for (const ReplayResult* result : group.results) {
       if (result->allocator == "ideal_cache") continue;  // its peaks and min_capacity are ideal's: one grey bar
+      if (with_min_capacity && report::is_recorded(*result)) continue;  // the real allocator's was not measured
       const bool failed = !result->failure.empty();  // no figures: "n/a"
       bar_group.bars.push_back(
-          {result->allocator, color_of(result->allocator, order),
+          {report::display_name(*result), color_of(result->allocator, order),
            failed ? std::nullopt : with_min_capacity ? result->overhead : report::reserved_overhead(*result)});
     }
     bars.push_back(std::move(bar_group));
@@ -123,15 +126,23 @@ std::string trace_chart(const report::TraceGroup& group, const std::vector<std::
   for (const ReplayResult* result : group.results) {
     x_max = std::max(x_max, static_cast<double>(result->events));
     if (result->series.empty()) continue;
-    if (with_series == nullptr || result->series.size() > with_series->series.size()) with_series = result;
-    report::ChartLine line{fmt::format("reserved: {}", result->allocator), color_of(result->allocator, order), {}};
-    line.dashed = report::is_reference(*result);
+    // The live bytes are drawn from a replay's series where there is one: the trace's own.
+    if (with_series == nullptr || (report::is_recorded(*with_series) && !report::is_recorded(*result)) ||
+        (report::is_recorded(*with_series) == report::is_recorded(*result) &&
+         result->series.size() > with_series->series.size())) {
+      with_series = result;
+    }
+    report::ChartLine line{fmt::format("reserved: {}", report::display_name(*result)), color_of(result->allocator, order),
+                           {}};
+    line.dashed = report::is_reference(*result) && !report::is_recorded(*result);
+    if (report::is_recorded(*result)) line.width = 2.5;
     for (const SeriesPoint& point : result->series) {
       line.points.emplace_back(static_cast<double>(point.event), static_cast<double>(point.reserved));
     }
     line.cross_at_end = result->oom;
     legend += fmt::format(
-        "<span><i style=\"background:{}\"></i>reserved: {}{}</span>", line.color, escape_xml(result->allocator),
+        "<span><i style=\"background:{}\"></i>reserved: {}{}</span>", line.color,
+        escape_xml(report::display_name(*result)),
         result->oom ? fmt::format(" (out of memory at event {})", result->oom_event.value_or(0)) : "");
     lines.push_back(std::move(line));
   }
@@ -164,6 +175,7 @@ constexpr std::string_view definitions = R"(<h2>Definitions</h2>
 <dt>driver calls, driver ms, syncs</dt><dd>every driver call the allocator made; their modelled time on the sim driver, wall time on the host driver; stream, device and event synchronizations</dd>
 <dt>host ns/op</dt><dd>the allocator's own time per allocation and free, driver time excluded</dd>
 <dt>ideal</dt><dd>the reference line: reserved equal to live bytes at every moment</dd>
+<dt>recorded (real allocator)</dt><dd>what the profile recorded of the allocator that ran the job (Kineto's Total Allocated and Total Reserved, torch_npu's memory_record.csv or operator_memory.csv): its peak reserved, its frag at peak against its own peak of Total Allocated, and its reserved bytes over the events (the thick gold line); not a replay, so no min capacity and no driver figures</dd>
 <dt>ideal_cache</dt><dd>reserved equal to the most bytes live so far: an allocator that gives nothing back and wastes nothing; its avg frag is the least any such allocator can have on the trace</dd>
 </dl>
 )";
@@ -186,7 +198,8 @@ std::string format_html_report(std::span<const ReplayResult> results, const Html
       "<h2>Allocated and reserved over time</h2>\n<p>Live requested bytes (dashed) and the physical bytes each "
       "allocator holds from the device, sampled over the trace's events; ideal_cache (grey, dashed) is the "
       "most bytes live so far, the least any allocator that keeps its pages can hold. A cross marks where a "
-      "replay ran out of memory.</p>\n";
+      "replay ran out of memory. Where the profile recorded the real allocator's reserved bytes, they are the "
+      "thick gold line, recorded (real allocator).</p>\n";
   for (const report::TraceGroup& group : groups) html += trace_chart(group, order);
   html += definitions;
   return html + "</body>\n</html>\n";

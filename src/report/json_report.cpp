@@ -15,23 +15,14 @@ Json or_null(const std::optional<T>& value) {
   return value ? Json(*value) : Json(nullptr);
 }
 
-// The host-buffer calls serve only the backups of pause(): written where a replay made some, so that the
-// report of a trace without pauses is the same as before they existed.
-bool host_buffer_call(DriverCall call) {
-  return call == DriverCall::allocate_host || call == DriverCall::free_host || call == DriverCall::copy_to_host ||
-         call == DriverCall::copy_to_device;
-}
-
+// Every kind up to `copy`; the host-buffer kinds that pausing a tag uses (allocate_host and after) only where
+// a replay made them, so that the figures of replays without a pause read as they always did.
 Json driver_calls(const CallTally& tally) {
-  bool host_buffers = false;
-  for (std::size_t kind = 0; kind < driver_call_count; ++kind) {
-    host_buffers = host_buffers || (host_buffer_call(static_cast<DriverCall>(kind)) && tally.calls[kind] != 0);
-  }
   Json calls = Json::object();
   for (std::size_t kind = 0; kind < driver_call_count; ++kind) {
-    const auto call = static_cast<DriverCall>(kind);
-    if (host_buffer_call(call) && !host_buffers) continue;
-    calls[std::string(to_string(call))] = tally.calls[kind];
+    const bool host_buffer_kind = kind > static_cast<std::size_t>(DriverCall::copy);
+    if (host_buffer_kind && tally.calls[kind] == 0) continue;
+    calls[std::string(to_string(static_cast<DriverCall>(kind)))] = tally.calls[kind];
   }
   return calls;
 }

@@ -11,9 +11,19 @@
 
 namespace tessera::report {
 
-// The reference lines ("ideal", "ideal_cache") are computed from the trace, not replayed: they have no
-// driver, calls or host time.
-inline bool is_reference(const ReplayResult& result) { return is_reference_line(result.allocator); }
+// The real allocator's line (recorded_result): what a profile recorded, not a replay.
+inline bool is_recorded(const ReplayResult& result) { return result.allocator == recorded_line_name; }
+
+// The reference lines ("ideal", "ideal_cache") are computed from the trace and the real allocator's line read
+// from the profile, not replayed: they have no driver, calls or host time.
+inline bool is_reference(const ReplayResult& result) {
+  return is_reference_line(result.allocator) || is_recorded(result);
+}
+
+// The name a report shows for a result: the real allocator's line says what it is.
+inline std::string display_name(const ReplayResult& result) {
+  return is_recorded(result) ? std::string(recorded_line_name) + " (real allocator)" : result.allocator;
+}
 
 // The results of one trace, in the order given; traces in the order they first appear.
 struct TraceGroup {

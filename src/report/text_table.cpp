@@ -53,12 +53,14 @@ std::string format_table(std::span<const ReplayResult> results) {
     std::size_t events = 0;
     for (const ReplayResult* result : group.results) events = std::max(events, result->events);
     out += fmt::format("{}  ({} events)\n", group.trace, events);
+    bool recorded = false;
     for (const ReplayResult* result : group.results) {
       if (!result->failure.empty()) {
         out += fmt::format("  {:<12} failed: {}\n", result->allocator, result->failure);
         continue;
       }
       const bool replayed = !report::is_reference(*result);
+      recorded = recorded || report::is_recorded(*result);
       out += fmt::format(
           fmt::runtime(row), result->allocator, format_bytes(result->peak_allocated),
           format_bytes(result->reserved_at_peak_allocated), format_bytes(result->peak_reserved),
@@ -67,6 +69,10 @@ std::string format_table(std::span<const ReplayResult> results) {
           replayed ? fmt::format("{}", result->driver_calls.total_calls()) : std::string(missing),
           replayed ? fmt::format("{:.1f}", static_cast<double>(result->driver_time_ns) / 1e6) : std::string(missing),
           replayed ? fmt::format("{:.0f}", result->host_ns_per_op) : std::string(missing));
+    }
+    if (recorded) {
+      out += fmt::format("  ({}: the real allocator, as the profile recorded its Total Allocated and Total Reserved)\n",
+                         recorded_line_name);
     }
     out += pause_rows(group);
   }

@@ -223,6 +223,7 @@ class KinetoReader {
     }
 
     ProfileRecording recording;
+    recording.format = TraceFormat::kineto_json;
     RecordedTotals& recorded = recording.recorded;
     const bool has_allocated = std::all_of(all.begin(), all.end(), [](const auto& e) { return e.total_allocated.has_value(); });
     const bool has_reserved = std::all_of(all.begin(), all.end(), [](const auto& e) { return e.total_reserved.has_value(); });

@@ -11,12 +11,12 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
 
 #include "tessera/trace.hpp"
+#include "trace/csv_fields.hpp"
 #include "trace/gzip_file.hpp"
 #include "trace/readers.hpp"
 #include "trace/text_lines.hpp"
@@ -28,46 +28,8 @@ namespace {
 
 using trace_detail::TraceBuilder;
 
-// Comma-separated fields, trimmed; a field in double quotes may hold commas and "" for a quote. Returns
-// false for an unterminated quote.
-bool split_quoted_csv(std::string_view line, std::vector<std::string>& fields) {
-  fields.clear();
-  std::string field;
-  bool quoted = false;
-  bool was_quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        field += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        field += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-      was_quoted = true;
-    } else if (c == ',') {
-      fields.push_back(was_quoted ? field : std::string(trace_detail::trim(field)));
-      field.clear();
-      was_quoted = false;
-    } else {
-      field += c;
-    }
-  }
-  if (quoted) return false;
-  fields.push_back(was_quoted ? field : std::string(trace_detail::trim(field)));
-  return true;
-}
-
-// A finite decimal number, the whole text.
-bool parse_number(std::string_view text, double& value) {
-  if (text.empty() || text[0] == '+') return false;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  return error == std::errc{} && end == text.data() + text.size() && std::isfinite(value);
-}
+using trace_detail::parse_decimal;
+using trace_detail::split_quoted_csv;
 
 enum Column : std::size_t {
   name,
@@ -116,12 +78,6 @@ struct Row {
   std::optional<std::uint64_t> totals[4];  // allocated, reserved at allocation; allocated, reserved at release
 };
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 }  // namespace
 
 namespace trace_detail {
@@ -158,7 +114,7 @@ Result<ProfileRecording> parse_operator_memory_inflated(std::string_view text, s
     if (fields.size() != width) return fail(number, fmt::format("{} fields where the header has {}", fields.size(), width));
     const auto cell = [&](Column c) -> std::string_view { return index[c] ? std::string_view(fields[*index[c]]) : ""; };
     const auto number_of = [&](Column c, double& value) -> std::optional<Error> {
-      if (!parse_number(cell(c), value)) {
+      if (!parse_decimal(cell(c), value)) {
         return fail(number, fmt::format("{} '{}' is not a number", columns[c].header, cell(c)));
       }
       if (value < 0) return fail(number, fmt::format("{} is negative ({})", columns[c].header, cell(c)));
@@ -188,15 +144,9 @@ Result<ProfileRecording> parse_operator_memory_inflated(std::string_view text, s
     if (!cell(stream_ptr).empty() && !parse_unsigned(cell(stream_ptr), row.stream, /*allow_hex=*/true)) {
       return fail(number, fmt::format("Stream Ptr '{}' is not a number", cell(stream_ptr)));
     }
-    // Line ends may leave carriage returns; any other control character is no device's name.
-    std::string_view device = cell(device_type);
-    while (!device.empty() && (device.back() == '\r' || device.back() == ' ' || device.back() == '\t')) device.remove_suffix(1);
-    while (!device.empty() && (device.front() == ' ' || device.front() == '\t')) device.remove_prefix(1);
-    if (std::any_of(device.begin(), device.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+    if (!trace_detail::device_from_cell(cell(device_type), row.device)) {
       return fail(number, "Device Type holds a control character");
     }
-    row.device = lower(device);
-    if (row.device.empty()) row.device = "npu";  // the profiler is torch_npu's: an NPU whose index it did not say
     const std::array<Column, 4> totals{allocation_allocated_mb, allocation_reserved_mb, release_allocated_mb,
                                        release_reserved_mb};
     for (std::size_t t = 0; t < totals.size(); ++t) {
@@ -245,6 +195,7 @@ Result<ProfileRecording> parse_operator_memory_inflated(std::string_view text, s
   std::sort(steps.begin(), steps.end());
 
   ProfileRecording recording;
+  recording.format = TraceFormat::operator_memory_csv;
   RecordedTotals& recorded = recording.recorded;
   TraceBuilder builder;
   bool has_allocated = true;
@@ -286,7 +237,11 @@ Result<ProfileRecording> read_operator_memory_recording(const std::filesystem::p
   Result<std::string> bytes = trace_detail::read_file_bytes(
       path, trace_detail::trace_start_check(TraceFormat::operator_memory_csv, path.string()));
   if (!bytes) return std::move(bytes).error();
-  return parse_operator_memory_recording(*bytes, path.string(), options);
+  Result<ProfileRecording> recording = parse_operator_memory_recording(*bytes, path.string(), options);
+  if (recording) {
+    if (auto taken = trace_detail::take_memory_record_beside(path, *recording); !taken) return std::move(taken).error();
+  }
+  return recording;
 }
 
 Result<Trace> parse_operator_memory_csv(std::string_view bytes, std::string_view source,
@@ -297,7 +252,11 @@ Result<Trace> parse_operator_memory_csv(std::string_view bytes, std::string_view
 }
 
 Result<Trace> read_operator_memory_csv(const std::filesystem::path& path, const OperatorMemoryOptions& options) {
-  Result<ProfileRecording> recording = read_operator_memory_recording(path, options);
+  // The file alone: memory_record.csv beside it changes the recorded totals, never the trace.
+  Result<std::string> bytes = trace_detail::read_file_bytes(
+      path, trace_detail::trace_start_check(TraceFormat::operator_memory_csv, path.string()));
+  if (!bytes) return std::move(bytes).error();
+  Result<ProfileRecording> recording = parse_operator_memory_recording(*bytes, path.string(), options);
   if (!recording) return std::move(recording).error();
   return std::move(recording->trace);
 }

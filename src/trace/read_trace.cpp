@@ -115,6 +115,11 @@ Result<ProfileRecording> trace_only(Result<Trace> trace) {
   return recording;
 }
 
+Result<ProfileRecording> as_format(Result<ProfileRecording> recording, TraceFormat format) {
+  if (recording) recording->format = format;
+  return recording;
+}
+
 // A profile's device: the one named, else the one pytorch.device numbers on `kind`.
 std::optional<std::string> profile_device(const TraceReadOptions& options, std::string_view kind) {
   if (options.profile_device) return options.profile_device;
@@ -138,6 +143,7 @@ Result<ProfileRecording> parse_recording(std::string_view bytes, std::string_vie
                 trace_detail::parse_pytorch_inflated(data, source, inflated, options.pytorch);
             if (!snapshot) return std::move(snapshot).error();
             ProfileRecording recording;
+            recording.format = format;
             recording.trace = std::move(snapshot->trace);
             recording.recorded.reserved_after = std::move(snapshot->reserved_after);
             recording.recorded.peak_reserved = snapshot->initial_reserved;
@@ -147,12 +153,15 @@ Result<ProfileRecording> parse_recording(std::string_view bytes, std::string_vie
             return recording;
           }
           case TraceFormat::kineto_json:
-            return trace_detail::parse_kineto_inflated(data, source, inflated, {profile_device(options, "cuda")});
+            return as_format(trace_detail::parse_kineto_inflated(data, source, inflated, {profile_device(options, "cuda")}),
+                             format);
           case TraceFormat::operator_memory_csv:
-            return trace_detail::parse_operator_memory_inflated(data, source, {profile_device(options, "npu")});
-          case TraceFormat::lifetimes_csv: return trace_only(trace_detail::parse_lifetimes_inflated(data, source));
-          case TraceFormat::stalloc: return trace_only(trace_detail::parse_stalloc_inflated(data, source));
-          case TraceFormat::text: return trace_only(trace_detail::parse_text_inflated(data, source));
+            return as_format(trace_detail::parse_operator_memory_inflated(data, source, {profile_device(options, "npu")}),
+                             format);
+          case TraceFormat::lifetimes_csv:
+            return as_format(trace_only(trace_detail::parse_lifetimes_inflated(data, source)), format);
+          case TraceFormat::stalloc: return as_format(trace_only(trace_detail::parse_stalloc_inflated(data, source)), format);
+          case TraceFormat::text: return as_format(trace_only(trace_detail::parse_text_inflated(data, source)), format);
           case TraceFormat::automatic: break;
         }
         return trace_detail::unknown_format_error(source);
@@ -164,7 +173,11 @@ Result<ProfileRecording> read_recording(const std::filesystem::path& path, const
   Result<std::string> bytes =
       trace_detail::read_file_bytes(path, trace_detail::trace_start_check(options.format, path.string()));
   if (!bytes) return std::move(bytes).error();
-  return parse_recording(*bytes, path.string(), options);
+  Result<ProfileRecording> recording = parse_recording(*bytes, path.string(), options);
+  if (recording && recording->format == TraceFormat::operator_memory_csv) {
+    if (auto taken = trace_detail::take_memory_record_beside(path, *recording); !taken) return std::move(taken).error();
+  }
+  return recording;
 }
 
 Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const TraceReadOptions& options) {
@@ -174,7 +187,11 @@ Result<Trace> parse_trace(std::string_view bytes, std::string_view source, const
 }
 
 Result<Trace> read_trace(const std::filesystem::path& path, const TraceReadOptions& options) {
-  Result<ProfileRecording> recording = read_recording(path, options);
+  // The file alone: what lies beside it changes the recorded totals, never the trace.
+  Result<std::string> bytes =
+      trace_detail::read_file_bytes(path, trace_detail::trace_start_check(options.format, path.string()));
+  if (!bytes) return std::move(bytes).error();
+  Result<ProfileRecording> recording = parse_recording(*bytes, path.string(), options);
   if (!recording) return std::move(recording).error();
   return std::move(recording->trace);
 }

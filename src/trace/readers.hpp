@@ -3,6 +3,7 @@
 // inflated data, not in the file.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string_view>
 
@@ -29,6 +30,9 @@ Result<ProfileRecording> parse_kineto_inflated(std::string_view text, std::strin
                                                const KinetoTraceOptions& options);
 Result<ProfileRecording> parse_operator_memory_inflated(std::string_view text, std::string_view source,
                                                         const OperatorMemoryOptions& options);
+// read_recording's step for an operator_memory.csv at `path`: when memory_record.csv lies in the same folder,
+// its real-allocator totals (totals_from_memory_record) replace the recording's where it has any.
+Result<void> take_memory_record_beside(const std::filesystem::path& path, ProfileRecording& recording);
 Result<Trace> parse_lifetimes_inflated(std::string_view text, std::string_view source);
 Result<Trace> parse_stalloc_inflated(std::string_view text, std::string_view source);
 Result<Trace> parse_text_inflated(std::string_view text, std::string_view source);

@@ -36,6 +36,7 @@ std::vector<Preset> make_presets() {
   constexpr std::string_view gpt3_source = "GPT-3 XL, Brown et al. 2020 (arXiv:2005.14165) Table 2.1";
   constexpr std::string_view llama7_source = "Touvron et al. 2023 (arXiv:2307.09288); meta-llama/Llama-2-7b-hf config.json";
   constexpr std::string_view llama13_source = "Touvron et al. 2023 (arXiv:2307.09288); meta-llama/Llama-2-13b-hf config.json";
+  constexpr std::string_view pangu_source = "PanGu-α 13B, Zeng et al. 2021 (arXiv:2104.12369) Table 1; GPT-3's architecture assumed";
   constexpr std::string_view mixtral_source = "Jiang et al. 2024 (arXiv:2401.04088); mistralai/Mixtral-8x7B-v0.1 config.json";
   return {
       {"tiny", "a small GPT-shaped model for tests", gpt3("2", "256", "4", "1024", "1", "1000", "128")},
@@ -47,6 +48,9 @@ std::vector<Preset> make_presets() {
       {"llama2-13b", llama13_source, llama2("40", "5120", "40", "0", "13824", "1")},
       {"llama2-13b-tp2", llama13_source, llama2("40", "5120", "40", "0", "13824", "2")},
       {"llama2-13b-tp4", llama13_source, llama2("40", "5120", "40", "0", "13824", "4")},
+      // PanGu-α's shape (40 x 5120, 40 heads, ffn 4h, 40000-token vocabulary, 1024-token context) on the
+      // GPT-3 family's architecture; its extra query layer is left out.
+      {"pangu-13b", pangu_source, gpt3("40", "5120", "40", "20480", "1", "40000", "1024")},
       {"mixtral-8x7b", mixtral_source,
        with(llama2("32", "4096", "32", "8", "14336", "1"), {{"experts", "8"}, {"top_k", "2"}, {"expert_ffn", "0"}}),
        true},

@@ -38,6 +38,13 @@ const std::vector<WorkloadDescription>& workloads() {
 }
 
 Result<Trace> generate_workload(std::string_view name, const std::map<std::string, std::string>& settings) {
+  if (const WorkloadScenario* scenario = find_workload_scenario(name)) {
+    std::map<std::string, std::string> merged = settings;
+    merged.insert(scenario->settings.begin(), scenario->settings.end());  // keeps the explicit ones
+    auto trace = generate_workload(scenario->workload, merged);
+    if (trace) trace->name = scenario->name;
+    return trace;
+  }
   for (const Entry& entry : entries()) {
     if (entry.description.name != name) continue;
     auto parameters = workload::Parameters::resolve(entry.description, settings);
@@ -46,8 +53,10 @@ Result<Trace> generate_workload(std::string_view name, const std::map<std::strin
   }
   std::vector<std::string_view> names;
   for (const Entry& entry : entries()) names.emplace_back(entry.description.name);
-  return make_error(Errc::invalid_argument,
-                    fmt::format("unknown workload '{}' (workloads: {})", name, fmt::join(names, ", ")));
+  std::vector<std::string_view> scenarios;
+  for (const WorkloadScenario& scenario : workload_scenarios()) scenarios.emplace_back(scenario.name);
+  return make_error(Errc::invalid_argument, fmt::format("unknown workload '{}' (workloads: {}; scenarios: {})", name,
+                                                        fmt::join(names, ", "), fmt::join(scenarios, ", ")));
 }
 
 }  // namespace tessera

@@ -705,6 +705,51 @@ TEST(CApiFakeAscend, TheNpuEntryPointsAllocateWriteAndFreeOnTheAscendDriver) {
   });
 }
 
+// torch_npu's statistics hooks, called through the function-pointer types torch_npu casts their addresses to:
+// the struct agrees with the C ABI's own statistics, and a peak reset starts every peak from the current value.
+TEST(CApiFakeAscend, TorchNpusStatisticsHooksReportTheAllocatorsFigures) {
+  in_fresh_process({{"TESSERA_ASCEND_LIBRARY", TESSERA_FAKE_ASCEND_LIBRARY}}, [] {
+    tessera_npu_device_stats (*get_device_stats)(int) = &tessera_npu_get_device_stats;
+    void (*reset_peak_status)(int) = &tessera_npu_reset_peak_stats;
+    constexpr std::size_t big = std::size_t{6} << 20, small = 300 * 1024;
+    void* large_block = tessera_npu_alloc(big, 0, nullptr);
+    void* small_block = tessera_npu_alloc(small, 0, nullptr);
+    ASSERT_NE(large_block, nullptr) << last_error();
+    ASSERT_NE(small_block, nullptr) << last_error();
+    tessera_npu_device_stats stats = get_device_stats(0);
+    const tessera_memory_stats own = stats_of(0);
+    EXPECT_EQ(stats.allocation[TESSERA_NPU_STAT_AGGREGATE].current, 2);
+    EXPECT_EQ(stats.allocation[TESSERA_NPU_STAT_SMALL_POOL].current, 1);
+    EXPECT_EQ(stats.allocation[TESSERA_NPU_STAT_LARGE_POOL].current, 1);
+    EXPECT_EQ(stats.requested_bytes[TESSERA_NPU_STAT_AGGREGATE].current, static_cast<std::int64_t>(big + small));
+    EXPECT_EQ(stats.allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].current, static_cast<std::int64_t>(own.allocated_bytes));
+    EXPECT_EQ(stats.reserved_bytes[TESSERA_NPU_STAT_AGGREGATE].current, static_cast<std::int64_t>(own.reserved_bytes));
+    EXPECT_EQ(stats.segment[TESSERA_NPU_STAT_AGGREGATE].allocated, static_cast<std::int64_t>(own.num_device_alloc));
+    EXPECT_EQ(stats.active_bytes[TESSERA_NPU_STAT_AGGREGATE].current,
+              stats.allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].current);
+    EXPECT_EQ(stats.inactive_split_bytes[TESSERA_NPU_STAT_AGGREGATE].current, 0);
+
+    tessera_npu_free(large_block, big, 0, nullptr);
+    EXPECT_GT(get_device_stats(0).allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].peak,
+              get_device_stats(0).allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].current);
+    reset_peak_status(0);
+    EXPECT_STREQ(tessera_last_error(), "");
+    stats = get_device_stats(0);
+    EXPECT_EQ(stats.allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].peak,
+              stats.allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].current);
+    EXPECT_EQ(stats.reserved_bytes[TESSERA_NPU_STAT_AGGREGATE].peak,
+              stats.reserved_bytes[TESSERA_NPU_STAT_AGGREGATE].current);
+    const tessera_memory_stats reset = stats_of(0);
+    EXPECT_EQ(reset.allocated_bytes_peak, reset.allocated_bytes);
+    EXPECT_EQ(reset.reserved_bytes_peak, reset.reserved_bytes);
+    EXPECT_EQ(stats_json(0)["allocation.all.peak"], 1);
+
+    tessera_npu_free(small_block, small, 0, nullptr);
+    EXPECT_EQ(get_device_stats(64).allocation[TESSERA_NPU_STAT_AGGREGATE].current, 0);
+    EXPECT_TRUE(contains(last_error(), "tessera_npu_get_device_stats: device 64 is out of range")) << last_error();
+  });
+}
+
 // The runtime's ACL_ERROR_RT_MEMORY_ALLOCATION, below the capacity the device reports, is out of memory all
 // the way up: null and a message from tessera_npu_alloc, torch_npu's message from the throwing entry point.
 TEST(CApiFakeAscend, TheRuntimesOutOfMemoryReachesTheNpuEntryPoints) {

@@ -16,7 +16,7 @@ constexpr Bytes granule = 2 * MiB;
 constexpr std::size_t slots = std::size_t{1} << 24;  // a 32 TiB region: only a window of it may be held
 
 TEST(PageTable, AWindowAtTheTopOfAHugeRegionHoldsOnlyWhatWasMapped) {
-  Arena arena(0, default_stream, MemoryPool::large, granule);
+  Arena arena(0, default_stream, MemoryPool::large, default_tag, granule);
   arena.add_region(Address{1} << 44, slots * granule);
   Region& region = arena.region(0);
   region.set_page(slots - 3, Page{PageId{7}, 3, 0});
@@ -42,7 +42,7 @@ TEST(PageTable, AWindowAtTheTopOfAHugeRegionHoldsOnlyWhatWasMapped) {
 }
 
 TEST(PageTable, AgreesWithAPlainMapThroughRandomMapsAtBothEnds) {
-  Arena arena(0, default_stream, MemoryPool::large, granule);
+  Arena arena(0, default_stream, MemoryPool::large, default_tag, granule);
   arena.add_region(Address{1} << 44, 4096 * granule);
   Region& region = arena.region(0);
   std::map<std::size_t, std::uint32_t> heads;  // head -> granules

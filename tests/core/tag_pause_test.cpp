@@ -52,7 +52,7 @@ class TagPauseTest : public ::testing::Test {
 
   Address allocate(Bytes size, std::string_view tag = "default") {
     TagScope scope(tag);
-    const Address block = must(allocator_->allocate(size));
+    const Address block = must(allocator_->allocate(size, default_stream));
     const auto seed = static_cast<unsigned char>(next_seed_++ * 37 + 11);
     sizes_[block] = size;
     live_[block] = seed;
@@ -81,7 +81,9 @@ class TagPauseTest : public ::testing::Test {
   // Every live block not under `paused` holds its bytes.
   void expect_intact(std::string_view paused = "") {
     for (const auto& [address, seed] : live_) {
-      if (tags_.at(address) != paused) EXPECT_TRUE(holds(address)) << "block " << std::hex << address;
+      if (tags_.at(address) != paused) {
+        EXPECT_TRUE(holds(address)) << "block " << std::hex << address;
+      }
     }
   }
   std::vector<Address> blocks_of(std::string_view tag) const {
@@ -118,9 +120,9 @@ TEST_F(TagPauseTest, BlocksCarryTheInnermostOpenTag) {
     TagScope weights("weights");
     {
       TagScope kv("kv_cache");
-      inner = must(allocator_->allocate(1000));
+      inner = must(allocator_->allocate(1000, default_stream));
     }
-    outer = must(allocator_->allocate(1000));
+    outer = must(allocator_->allocate(1000, default_stream));
   }
   const TesseraStats stats = allocator_->tessera_stats();
   EXPECT_EQ(stats_of(stats, "default").allocated_bytes, 1024u);
@@ -130,9 +132,13 @@ TEST_F(TagPauseTest, BlocksCarryTheInnermostOpenTag) {
   // No granule is under live blocks of two tags: each tag's blocks lie in regions of their own.
   for (const SnapshotSegment& segment : allocator_->snapshot().segments) {
     for (const SnapshotBlock& block : segment.blocks) {
-      if (block.address == inner) EXPECT_EQ(segment.tag, "kv_cache");
-      if (block.address == outer) EXPECT_EQ(segment.tag, "weights");
-      if (block.address == outside) EXPECT_EQ(segment.tag, "default");
+      if (block.address == inner) {
+        EXPECT_EQ(segment.tag, "kv_cache");
+      } else if (block.address == outer) {
+        EXPECT_EQ(segment.tag, "weights");
+      } else if (block.address == outside) {
+        EXPECT_EQ(segment.tag, "default");
+      }
     }
   }
   must(allocator_->deallocate(inner));
@@ -182,14 +188,43 @@ TEST_F(TagPauseTest, OtherTagsStitchAndCollectGarbageInThePausedTagsMemory) {
   for (Address block : scattered) free(block);  // idle pages scattered between live blocks
   must(allocator_->pause("weights", true));
   const TesseraStats paused = allocator_->tessera_stats();
-  // More than the device has free even without the weights: built from the weights' pages and, stitched
-  // in, the scattered idle ones.
+  // More than the device has free even without the weights: built from the weights' pages and the
+  // scattered idle ones, stitched in or shared as slivers.
   const Address big = allocate(38 * granule);
-  EXPECT_GT(allocator_->tessera_stats().stitches, paused.stitches);
-  EXPECT_GT(allocator_->tessera_stats().pages_reclaimed, paused.pages_reclaimed);
+  const TesseraStats built = allocator_->tessera_stats();
+  EXPECT_GT(built.stitches + built.shared_blocks, paused.stitches + paused.shared_blocks);
   expect_intact("weights");
   free(big);
   must(allocator_->resume("weights"));
+  expect_intact();
+}
+
+// A block built over slivers at the limit, under the paused tag: its own pages and both slivers' granules
+// go back, and come back mapped at its address, the slivers on the granules their home slots map now.
+TEST_F(TagPauseTest, ABlockOverSliversIsPausedAndResumedWithItsSlivers) {
+  make(7, "small_max_kb:4");  // every request above 4 KiB is large
+  constexpr Bytes half = granule / 2;
+  allocate(3 * half, "kv_cache");
+  const Address tail_sliver = allocate(half, "kv_cache");
+  allocate(granule, "kv_cache");
+  const Address head_sliver = allocate(half, "kv_cache");
+  allocate(3 * half, "kv_cache");
+  free(head_sliver);
+  free(tail_sliver);
+  const Address shared = allocate(3 * granule, "kv_cache");
+  ASSERT_EQ(allocator_->tessera_stats().shared_blocks, 1u) << "the scenario builds a block over slivers";
+  must(allocator_->pause("kv_cache", true));
+  EXPECT_EQ(driver_->census().page_bytes, 0u) << "everything the tag held went back";
+  EXPECT_EQ(driver_->census().mappings, 0u);
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+  const Address other = allocate(7 * granule);  // the whole device, meanwhile
+  free(other);
+  must(allocator_->resume("kv_cache"));
+  EXPECT_TRUE(holds(shared));
+  expect_intact();
+  // The slivers are shared again: writing the whole block reaches their bytes, never a neighbour's.
+  fill(shared, 77);
+  live_[shared] = 77;
   expect_intact();
 }
 
@@ -199,7 +234,7 @@ TEST_F(TagPauseTest, AllocatingUnderAPausedTagIsAnErrorNamingItAndFreeingAPaused
   must(allocator_->pause("kv_cache", true));
   {
     TagScope kv("kv_cache");
-    auto refused = allocator_->allocate(1000);
+    auto refused = allocator_->allocate(1000, default_stream);
     ASSERT_FALSE(refused);
     EXPECT_NE(refused.error().message.find("'kv_cache'"), std::string::npos) << refused.error().message;
     EXPECT_NE(refused.error().message.find("paused"), std::string::npos) << refused.error().message;
@@ -317,7 +352,7 @@ TEST(TagPauseThreadsTest, OtherTagsAllocateWhileOneIsPausedAndResumed) {
   {
     TagScope scope("kv_cache");
     for (int i = 0; i < 8; ++i) {
-      kv.push_back(must(allocator->allocate(100 * KiB)));
+      kv.push_back(must(allocator->allocate(100 * KiB, default_stream)));
       const std::vector<unsigned char> bytes(100 * KiB, static_cast<unsigned char>(i + 1));
       must(driver->write(kv.back(), bytes.data(), bytes.size()));
     }
@@ -330,7 +365,7 @@ TEST(TagPauseThreadsTest, OtherTagsAllocateWhileOneIsPausedAndResumed) {
       TagScope scope(worker == 0 ? "default" : "worker" + std::to_string(worker));
       for (int round = 0; !stop.load() || round < 50; ++round) {
         const Bytes size = static_cast<Bytes>(1000 + (round * 7919 + worker * 104729) % (300 * KiB));
-        auto block = allocator->allocate(size);
+        auto block = allocator->allocate(size, default_stream);
         if (!block) {
           ++failures;
           continue;

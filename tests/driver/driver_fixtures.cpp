@@ -13,6 +13,14 @@ std::vector<DriverFactory> available_drivers() {
                        if (!sim) return std::move(sim).error();
                        return std::move(sim->driver);
                      }});
+  // The sim driver following Ascend's contract (whole-handle mapping, no set-access), as the seed's bench runs it.
+  drivers.push_back({"sim_ascend", []() -> Result<std::unique_ptr<Driver>> {
+                       SimDriverOptions options = SimDriverOptions::ascend_910b();
+                       options.capacity = test_capacity;
+                       auto sim = make_sim_driver(options);
+                       if (!sim) return std::move(sim).error();
+                       return std::move(sim->driver);
+                     }});
 #ifdef TESSERA_FAKE_CUDA_LIBRARY
   // The cuda driver's own code over a fake libcuda that serves the calls from host memory.
   drivers.push_back({"cuda_fake", [] {

@@ -82,6 +82,40 @@ TEST(SimDriver, DefaultsAreThePublishedA100Figures) {
   EXPECT_DOUBLE_EQ(model[DriverCall::reserve].fixed_us, 19.0);
 }
 
+// The ascend platform holds callers to ACL's contract as the ascend driver declares it: a physical handle is
+// mapped whole, at one address at a time, and nothing needs set-access.
+TEST(SimDriver, AscendPlatformMapsWholeHandlesOnceAndNeedsNoSetAccess) {
+  auto sim = TESSERA_OK(make_sim_driver(SimDriverOptions::ascend_910b()));
+  Driver& driver = *sim.driver;
+  EXPECT_EQ(driver.capacity(), 64 * GiB);
+  EXPECT_EQ(driver.granularity(), 2 * MiB);
+  const DriverCapabilities& can = driver.capabilities();
+  EXPECT_FALSE(can.needs_set_access);
+  EXPECT_FALSE(can.partial_map);
+  EXPECT_FALSE(can.page_multi_mapping);
+
+  const Address base = TESSERA_OK(driver.reserve(8 * MiB));
+  const PageId page = TESSERA_OK(driver.create_page(4 * MiB));
+  auto part = driver.map_part(base, page, 0, 2 * MiB);
+  ASSERT_FALSE(part.ok());
+  EXPECT_EQ(part.error().code, Errc::unsupported);
+  TESSERA_OK(driver.map(base, page));
+  auto second = driver.map(base + 4 * MiB, page);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().code, Errc::already_mapped);
+
+  // The modelled latencies: the A100's for the matching calls (an assumption), nothing for set-access.
+  const CallTally& modelled = sim.clock->modelled();
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::create_page), 193'000u);
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::map), 1'450u);
+  TESSERA_OK(driver.set_access(base, 4 * MiB));
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::set_access), 0u);
+
+  TESSERA_OK(driver.unmap(base));
+  TESSERA_OK(driver.release_page(page));
+  TESSERA_OK(driver.release_reservation(base));
+}
+
 TEST(SimDriver, ReplaysAnEightyGigabyteCardWithoutMemory) {
   auto sim = TESSERA_OK(make_sim_driver());
   EXPECT_EQ(sim.driver->capacity(), 80 * GiB);

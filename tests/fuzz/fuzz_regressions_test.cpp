@@ -164,6 +164,24 @@ TEST(FuzzLifetimes, AValidFileIsReadAndABackwardLifetimeIsRefusedWithItsLine) {
   expect_passes("lifetimes_csv", bad);
 }
 
+TEST(FuzzMemoryRecord, TheFixtureAndRowsOfOneTimePassAndABadNumberIsRefusedWithItsLine) {
+  const std::string fixture = read_bytes(test_data / "trace" / "data" / "npu_profile" / "memory_record.csv");
+  ASSERT_FALSE(fixture.empty());
+  expect_passes("memory_record_csv", fixture);
+  // Two rows at the last time: the totals after the last event are the later row's.
+  constexpr std::string_view same_time =
+      "Component,Timestamp(us),Total Reserved(MB),Device Type\nPTA,5,1,NPU:0\nPTA,9,4,NPU:0\nPTA,9,2,NPU:0\n";
+  Result<std::vector<MemoryRecord>> records = parse_memory_record_csv(same_time, fuzz_source);
+  ASSERT_TRUE(records.ok()) << records.error().message;
+  EXPECT_EQ(records->size(), 3u);
+  expect_passes("memory_record_csv", same_time);
+  constexpr std::string_view bad = "Component,Timestamp(us),Total Reserved(MB),Device Type\nPTA,5,lots,NPU:0\n";
+  Result<std::vector<MemoryRecord>> refused = parse_memory_record_csv(bad, fuzz_source);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.error().message.starts_with("fuzz-input:2:")) << refused.error().message;
+  expect_passes("memory_record_csv", bad);
+}
+
 TEST(FuzzStalloc, AValidLogIsReadAndACutOneIsRefused) {
   constexpr std::string_view good = "1 0x10 100 0\nIteration Index : 0\n0 0x10 100 0\n";
   Result<Trace> trace = parse_stalloc_trace(good, fuzz_source);

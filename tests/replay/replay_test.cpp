@@ -105,6 +105,27 @@ TEST(Replay, CountsDriverCallsPerIterationAndTesseraReachesZero) {
   EXPECT_EQ(result.calls_per_iteration[2], 0u);
 }
 
+// The sim driver as an Ascend card: the models make no set-access call there (ACL has none), and the result
+// says which platform the sim stood for. Only the sim models a platform.
+TEST(Replay, AscendPlatformOfTheSimDriverHasNoSetAccess) {
+  ReplayOptions cuda;
+  cuda.allocator = "pytorch";
+  ReplayOptions ascend = cuda;
+  ascend.sim_platform = SimPlatform::ascend;
+  const ReplayResult on_cuda = must(replay(repeating_trace(), cuda));
+  const ReplayResult on_ascend = must(replay(repeating_trace(), ascend));
+  EXPECT_GT(on_cuda.driver_calls.calls_of(DriverCall::set_access), 0u);
+  EXPECT_EQ(on_ascend.driver_calls.calls_of(DriverCall::set_access), 0u);
+  EXPECT_EQ(on_cuda.driver, "sim");
+  EXPECT_EQ(on_ascend.driver, "sim (ascend)");
+  EXPECT_EQ(on_ascend.peak_reserved, on_cuda.peak_reserved);
+
+  ascend.driver = "host";
+  auto host = replay(repeating_trace(), ascend);
+  ASSERT_FALSE(host.ok());
+  EXPECT_NE(host.error().message.find("sim driver only"), std::string::npos);
+}
+
 TEST(Replay, IdealIsTheLiveBytesRoundedToTheGranule) {
   const ReplayResult ideal = ideal_result(small_trace(), 2 * MiB);
   EXPECT_EQ(ideal.peak_allocated, 11 * MiB);

@@ -1,5 +1,6 @@
 // `tessera gen WORKLOAD [--set key=value]... -o FILE`: a synthetic LLM trace from the workload generators,
-// written in the text format; `--list` shows the workloads, their parameters and presets.
+// written in the text format; WORKLOAD may be a scenario (a workload with fixed settings, such as the seed
+// experiment's). `--list` shows the workloads, their parameters and presets, and the scenarios.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -46,6 +47,10 @@ void print_workloads() {
     }
     fmt::print("\n");
   }
+  fmt::print("scenarios (a workload with fixed settings; --set still overrides them):\n");
+  for (const WorkloadScenario& scenario : workload_scenarios()) {
+    fmt::print("  {:<34} {}: {}\n", scenario.name, scenario.workload, scenario.summary);
+  }
 }
 
 int run_gen(const GenOptions& options) {
@@ -80,7 +85,7 @@ int run_gen(const GenOptions& options) {
 Command add_gen_command(CLI::App& parent) {
   auto options = std::make_shared<GenOptions>();
   CLI::App* app = parent.add_subcommand("gen", "Generate a synthetic LLM workload trace");
-  app->add_option("workload", options->workload, "Workload name (see --list)");
+  app->add_option("workload", options->workload, "Workload or scenario name (see --list)");
   app->add_option("--set", options->settings, "A parameter, key=value (repeatable); preset=NAME sets several");
   app->add_option("-o,--output", options->output, "Trace file to write (text format; .gz compresses)");
   app->add_flag("--list", options->list, "List the workloads, their parameters and presets");

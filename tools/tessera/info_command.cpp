@@ -48,14 +48,18 @@ void print_info(const std::string& path, const ProfileRecording& recording) {
   }
   // The profiled allocator's own figures, where the file carries them: the real line beside the replays.
   const RecordedTotals& recorded = recording.recorded;
+  // operator_memory.csv's totals come from memory_record.csv where it lies beside it.
+  const std::string from =
+      recording.recorded_from.empty() ? "" : fmt::format(" ({})", recording.recorded_from.filename().string());
   if (!recorded.allocated_after.empty()) {
-    fmt::print("real allocated  {} bytes ({}) at its peak, as the profile recorded it\n", recorded.peak_allocated,
-               format_bytes(recorded.peak_allocated));
+    fmt::print("real allocated  {} bytes ({}) at its peak, as the profile recorded it{}\n", recorded.peak_allocated,
+               format_bytes(recorded.peak_allocated), from);
   }
   // A CPU profile records a reserved total of 0 throughout: the CPU allocator keeps no cache.
   if (!recorded.reserved_after.empty() && recorded.peak_reserved > 0) {
-    fmt::print("real reserved   {} bytes ({}) at its peak, as the {} recorded it\n", recorded.peak_reserved,
-               format_bytes(recorded.peak_reserved), recorded.allocated_after.empty() ? "snapshot" : "profile");
+    fmt::print("real reserved   {} bytes ({}) at its peak, as the {} recorded it{}\n", recorded.peak_reserved,
+               format_bytes(recorded.peak_reserved),
+               recording.format == TraceFormat::pytorch_snapshot ? "snapshot" : "profile", from);
   }
   fmt::print("live at end     {} bytes in {} blocks\n", summary.live_bytes_at_end, summary.live_blocks_at_end);
   fmt::print("largest alloc   {} bytes ({})\n", summary.largest_alloc, format_bytes(summary.largest_alloc));

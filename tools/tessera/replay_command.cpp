@@ -2,7 +2,9 @@
 // HTML reports when asked.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +51,33 @@ int write_snapshot(const Trace& trace, const ReplayResult& result, const std::st
   return exit_success;
 }
 
+// The real allocator's line, from a profile that recorded its reserved bytes (Kineto's Total Reserved,
+// torch_npu's memory_record.csv or operator_memory.csv). A PyTorch snapshot's segments are the real
+// allocator's too, but its reserved bytes before the first event are inferred, not recorded: no line.
+std::optional<ReplayResult> real_line(const ProfileRecording& recording, std::size_t series_points) {
+  if (recording.format != TraceFormat::kineto_json && recording.format != TraceFormat::operator_memory_csv) {
+    return std::nullopt;
+  }
+  return recorded_result(recording.trace, recording.recorded, series_points);
+}
+
+// Each trace's results, its real allocator's line first where it has one.
+std::vector<ReplayResult> with_real_lines(std::vector<ReplayResult> results, const std::vector<Trace>& traces,
+                                          std::vector<std::optional<ReplayResult>>& recorded) {
+  if (std::none_of(recorded.begin(), recorded.end(), [](const auto& line) { return line.has_value(); })) return results;
+  const std::size_t per_trace = traces.empty() ? 0 : results.size() / traces.size();
+  std::vector<ReplayResult> merged;
+  merged.reserve(results.size() + traces.size());
+  for (std::size_t t = 0; t < traces.size(); ++t) {
+    if (recorded[t]) {
+      recorded[t]->trace = traces[t].name;  // as make_names_unique left it
+      merged.push_back(std::move(*recorded[t]));
+    }
+    for (std::size_t r = t * per_trace; r < (t + 1) * per_trace; ++r) merged.push_back(std::move(results[r]));
+  }
+  return merged;
+}
+
 int run_replay_command(const ReplayCommandOptions& options) {
   ReplayPlan plan = make_replay_plan(options.replay);
   plan.min_capacity = options.min_capacity;
@@ -67,24 +96,26 @@ int run_replay_command(const ReplayCommandOptions& options) {
   }
 
   std::vector<Trace> traces;
+  std::vector<std::optional<ReplayResult>> recorded;  // the real allocator's line of each trace, where a profile has one
   for (const std::string& path : options.traces) {
-    auto trace = read_input_trace(path, options.input);
-    if (!trace) {
-      fmt::print(stderr, "tessera replay: {}\n", trace.error().message);
+    auto recording = read_input_recording(path, options.input);
+    if (!recording) {
+      fmt::print(stderr, "tessera replay: {}\n", recording.error().message);
       return exit_failure;
     }
-    traces.push_back(std::move(trace).value());
+    recorded.push_back(real_line(*recording, plan.options.series_points));
+    traces.push_back(std::move(recording->trace));
   }
   make_names_unique(traces);
   std::vector<std::pair<std::string, std::string>> sources;
   for (std::size_t i = 0; i < traces.size(); ++i) sources.emplace_back(traces[i].name, options.traces[i]);
-  const std::vector<ReplayResult> results = run_replays(traces, plan);
+  const std::vector<ReplayResult> results = with_real_lines(run_replays(traces, plan), traces, recorded);
   const int written = write_outputs(results, options.outputs, "tessera replay", fmt::format("Made by: {}", command_line()));
   // A failed replay is reported for its allocator once every result is out; the run then exits 1.
   const int status = report_failures(results, sources, "tessera replay") ? written : exit_failure;
   if (options.snapshot.empty() || written != exit_success) return status;
   for (const ReplayResult& result : results) {
-    if (!is_reference_line(result.allocator)) {
+    if (!is_reference_line(result.allocator) && result.allocator != recorded_line_name) {
       const int snapshot = write_snapshot(traces.front(), result, options.snapshot);
       return status != exit_success ? status : snapshot;
     }
@@ -99,8 +130,8 @@ Command add_replay_command(CLI::App& parent) {
   auto options = std::make_shared<ReplayCommandOptions>();
   CLI::App* app = parent.add_subcommand("replay", "Replay traces with allocators and compare them");
   app->add_option("traces", options->traces,
-                  "Trace files (PyTorch snapshot, lifetimes CSV, STAlloc or text; .gz "
-                  "too)")
+                  "Trace files (PyTorch snapshot, Kineto JSON, operator_memory.csv, lifetimes CSV, STAlloc or text; "
+                  ".gz too)")
       ->required();
   add_replay_arguments(*app, options->replay);
   add_trace_input_options(*app, options->input);

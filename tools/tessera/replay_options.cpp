@@ -19,6 +19,11 @@ void add_replay_arguments(CLI::App& app, ReplayArguments& arguments) {
                  "memory mappings)")
       ->check(CLI::IsMember({"sim", "host"}))
       ->capture_default_str();
+  app.add_option("--platform", arguments.platform,
+                 "Whose VMM contract and call latencies the sim driver models: cuda, or ascend (whole-handle "
+                 "mapping, no set-access, assumed latencies; docs/drivers.md)")
+      ->check(CLI::IsMember({"cuda", "ascend"}))
+      ->capture_default_str();
   app.add_option("--capacity", arguments.capacity, "Device capacity, e.g. 80GiB (default: unlimited)");
   app.add_option("--granule", arguments.granule,
                  fmt::format("The driver's granule in bytes (or with a unit), a power of two of at least {}",
@@ -37,6 +42,12 @@ ReplayPlan make_replay_plan(const ReplayArguments& arguments) {
   ReplayPlan plan;
   plan.allocators = resolve_allocators(arguments.allocators, "--allocators");
   plan.options.driver = arguments.driver;
+  if (arguments.platform == "ascend") {
+    if (arguments.driver != "sim") {
+      throw UsageError("--platform: ascend is modelled by the sim driver only (--driver sim)");
+    }
+    plan.options.sim_platform = SimPlatform::ascend;
+  }
   if (arguments.capacity) plan.options.capacity = parse_size_argument("--capacity", *arguments.capacity);
   plan.options.granularity = parse_granule_argument("--granule", arguments.granule, min_replay_granularity);
   if (plan.options.capacity && *plan.options.capacity < plan.options.granularity) {

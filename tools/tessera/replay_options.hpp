@@ -15,6 +15,7 @@ namespace tessera::cli {
 struct ReplayArguments {
   std::vector<std::string> allocators;
   std::string driver = "sim";
+  std::string platform = "cuda";  // sim only: cuda or ascend
   std::optional<std::string> capacity;
   std::string granule = "2MiB";
   std::optional<std::string> conf;
