@@ -88,7 +88,7 @@ void check_reader_trace(std::string_view target, const Trace& trace) {
   }
   const TraceSummary summary = summarize(trace);
   if (summary.initial_blocks != trace.initial_blocks.size()) fail(target, "summarize() miscounts the initial blocks");
-  if (summary.allocs + summary.frees + summary.iterations != trace.events.size()) {
+  if (summary.allocs + summary.frees + summary.iterations + summary.pauses + summary.resumes != trace.events.size()) {
     fail(target, "summarize() miscounts the events");
   }
   const std::string text = format_text_trace(trace);

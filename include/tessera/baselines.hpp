@@ -4,6 +4,8 @@
 //   "pytorch"     PyTorch's native CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, PyTorch 2.5)
 //   "expandable"  the same allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 //   "gmlake"      GMLake (glake's patched PyTorch caching allocator), which stitches 2 MiB physical chunks
+//   "memory-saver" torch_memory_saver / vLLM's CuMemAllocator: one physical handle per tagged allocation,
+//                 released on pause and created again on resume; untagged memory through "pytorch"
 //
 // Each model gets physical memory only through the Driver it is given, so that reserved memory is the
 // driver's census().page_bytes for every model alike and driver calls are counted the same way. A model does
@@ -84,7 +86,7 @@ struct ParsedAllocConf {
 };
 Result<ParsedAllocConf> parse_pytorch_alloc_conf(std::string_view conf);
 
-// By name: "pytorch", "expandable", "gmlake". An unknown name is an Errc::invalid_argument error that lists
+// By name: "pytorch", "expandable", "gmlake", "memory-saver". An unknown name is an Errc::invalid_argument error that lists
 // the known ones; options that break a model's rules are Errc::invalid_argument errors that name the knob.
 Result<std::unique_ptr<DeviceAllocator>> make_baseline(std::string_view name, Driver& driver,
                                                        const BaselineOptions& options = {});
@@ -93,5 +95,6 @@ std::vector<std::string_view> baseline_names();
 Result<std::unique_ptr<DeviceAllocator>> make_pytorch_caching(Driver& driver, const BaselineOptions& options = {});
 Result<std::unique_ptr<DeviceAllocator>> make_expandable_segments(Driver& driver, const BaselineOptions& options = {});
 Result<std::unique_ptr<DeviceAllocator>> make_gmlake(Driver& driver, const BaselineOptions& options = {});
+Result<std::unique_ptr<DeviceAllocator>> make_memory_saver(Driver& driver, const BaselineOptions& options = {});
 
 }  // namespace tessera

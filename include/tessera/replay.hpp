@@ -7,9 +7,11 @@
 //   frag_at_peak    1 - peak_allocated / peak_reserved
 //   avg_frag        mean over events of (reserved - allocated) / reserved, where reserved > 0
 //   min_capacity    the smallest capacity, to the granule, at which the whole trace replays without an
-//                   out-of-memory error (bisection); overhead = min_capacity / peak_allocated - 1
+//                   out-of-memory error (bisection); overhead = min_capacity / peak_allocated - 1. With
+//                   pauses, peak_allocated counts paused blocks, and min_capacity may be below it
 // plus driver calls by kind, their modelled time (sim) or wall time (other drivers), syncs, and the
-// allocator's own host time per operation, driver time excluded.
+// allocator's own host time per operation, driver time excluded. A trace with tags (pause and resume events)
+// adds what pause() and resume() cost and the reserved bytes while a tag is paused.
 #pragma once
 
 #include <functional>
@@ -82,6 +84,19 @@ struct ReplayResult {
   std::size_t events = 0;     // trace events replayed (initial blocks not counted)
   // Driver calls made in each iteration the trace marks (empty when it marks none).
   std::vector<std::uint64_t> calls_per_iteration;
+  // Traces with pause and resume events (the replay calls DeviceAllocator::pause / resume; a tagged alloc
+  // runs under a TagScope of its tag). Empty or zero for a trace without them.
+  std::size_t pauses = 0;   // pause events replayed
+  std::size_t resumes = 0;
+  // The allocator answered Errc::unsupported (it cannot pause): its tagged memory stayed where it was.
+  bool pause_unsupported = false;
+  CallTally pause_driver_calls;   // the driver calls made inside pause(), by kind
+  CallTally resume_driver_calls;  // and inside resume()
+  std::uint64_t pause_time_ns = 0;   // their modelled (sim) or measured (host) time
+  std::uint64_t resume_time_ns = 0;
+  // The most reserved bytes while some tag was paused (between a pause and its resume): the device memory
+  // the paused job leaves to the other (RL: what training has). None when no tag was ever paused.
+  std::optional<Bytes> peak_reserved_while_paused;
   std::vector<SeriesPoint> series;
   std::vector<Address> addresses;              // keep_state: by block id
   std::optional<AllocatorSnapshot> final_state;  // keep_state, tessera allocator: its state at the end

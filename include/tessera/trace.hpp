@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tessera/result.hpp"
+#include "tessera/tags.hpp"
 #include "tessera/types.hpp"
 
 namespace tessera {
@@ -26,17 +27,25 @@ using BlockId = std::uint32_t;
 // time_us of an event whose recording carries no time.
 inline constexpr std::int64_t no_time = std::numeric_limits<std::int64_t>::min();
 
-enum class TraceEventKind : std::uint8_t { alloc, free, iteration };
+// pause and resume: a tag's blocks give their device memory back and take it again, keeping their addresses
+// (DeviceAllocator::pause); the blocks stay live meanwhile.
+enum class TraceEventKind : std::uint8_t { alloc, free, iteration, pause, resume };
 
 std::string_view to_string(TraceEventKind kind) noexcept;
 
-// 32 bytes, no pointers: a replay streams through millions of them.
+// The tag of an allocation, and of a pause or resume: an index into Trace::tags.
+using TraceTag = std::uint32_t;
+inline constexpr TraceTag trace_default_tag = 0;
+
+// 32 bytes, no pointers: a replay streams through millions of them. backup and tag sit in what was padding.
 struct TraceEvent {
   std::uint64_t size = 0;          // alloc, free: the block's requested bytes; iteration: the index
   std::int64_t time_us = no_time;  // when it was recorded, in microseconds; no_time when unknown
   BlockId block = 0;               // alloc, free
   std::uint32_t stream = 0;        // alloc, free: index into Trace::streams
   TraceEventKind kind = TraceEventKind::alloc;
+  bool backup = false;             // pause: the tag's live blocks are copied to host memory first
+  TraceTag tag = trace_default_tag;  // alloc: the block's tag; pause, resume: the tag
 
   // A free repeats its block's size and stream so that a replay needs no lookup to call free(ptr, size).
   static TraceEvent alloc(BlockId block, std::uint64_t size, std::uint32_t stream, std::int64_t time_us = no_time) {
@@ -48,9 +57,20 @@ struct TraceEvent {
   static TraceEvent iteration(std::uint64_t index, std::int64_t time_us = no_time) {
     return {index, time_us, 0, 0, TraceEventKind::iteration};
   }
+  static TraceEvent tagged_alloc(BlockId block, std::uint64_t size, std::uint32_t stream, TraceTag tag,
+                                 std::int64_t time_us = no_time) {
+    return {size, time_us, block, stream, TraceEventKind::alloc, false, tag};
+  }
+  static TraceEvent pause(TraceTag tag, bool backup, std::int64_t time_us = no_time) {
+    return {0, time_us, 0, 0, TraceEventKind::pause, backup, tag};
+  }
+  static TraceEvent resume(TraceTag tag, std::int64_t time_us = no_time) {
+    return {0, time_us, 0, 0, TraceEventKind::resume, false, tag};
+  }
 
   bool operator==(const TraceEvent&) const = default;
 };
+static_assert(sizeof(TraceEvent) == 32);
 
 // A block live before recording began.
 struct InitialBlock {
@@ -65,6 +85,9 @@ struct Trace {
   std::string name;                         // the recording's name: the file's stem unless the file names it
   std::string device;                       // where it was recorded ("cuda:0"); empty when unknown
   std::vector<StreamId> streams;            // the stream table: index -> the platform's stream value
+  // The tag table: index -> name; index 0 is default_tag_name ("default"), the tag of every
+  // block no region named. Initial blocks carry the default tag.
+  std::vector<std::string> tags{std::string(default_tag_name)};
   std::vector<InitialBlock> initial_blocks;
   std::vector<TraceEvent> events;
   BlockId block_count = 0;                  // block ids are 0 .. block_count-1; readers number initial blocks first
@@ -91,15 +114,27 @@ struct TraceSummary {
   std::int64_t last_time_us = no_time;
   // The live bytes passed 2^64 after this event (npos: never); the byte figures above are then not sums.
   std::size_t live_past_2_64 = npos;
+  std::size_t pauses = 0;
+  std::size_t resumes = 0;
+  // The most live bytes of blocks whose tag is not paused: what an allocator must hold when a paused tag
+  // costs nothing. Equal to peak_live_bytes in a trace without pauses.
+  Bytes peak_resident_bytes = 0;
+  std::size_t peak_resident_event = npos;  // as peak_event
 
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
 };
 
 TraceSummary summarize(const Trace& trace);
 
+// A tag name in a trace: one word, without blanks or control characters, so that the text format can write it
+// as a field.
+bool is_trace_tag_name(std::string_view name) noexcept;
+
 // Every id and stream index in range; every initial block and every alloc names a block not seen before
 // (ids are never reused) and has at least one byte; every free names a live block and repeats its size and
-// stream. The error names the first offending event.
+// stream. The tag table starts with "default" and names each tag once; every tag index is in range; a pause
+// names a tag that is not paused, a resume one that is, and no alloc comes under a paused tag. The error
+// names the first offending event.
 Result<void> validate(const Trace& trace);
 
 // ---- Readers. Each reads a whole file; gzip-compressed input is recognized by its magic bytes and

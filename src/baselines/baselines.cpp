@@ -16,7 +16,7 @@
 namespace tessera {
 namespace {
 
-constexpr std::string_view names[] = {"pytorch", "expandable", "gmlake"};
+constexpr std::string_view names[] = {"pytorch", "expandable", "gmlake", "memory-saver"};
 
 Error bad_option(std::string_view model, std::string message) {
   return make_error(Errc::invalid_argument, fmt::format("baseline {}: {}", model, message));
@@ -88,11 +88,16 @@ Result<std::unique_ptr<DeviceAllocator>> make_gmlake(Driver& driver, const Basel
   return checked("gmlake", driver, options, baselines::make_gmlake_model);
 }
 
+Result<std::unique_ptr<DeviceAllocator>> make_memory_saver(Driver& driver, const BaselineOptions& options) {
+  return checked("memory-saver", driver, options, baselines::make_memory_saver_model);
+}
+
 Result<std::unique_ptr<DeviceAllocator>> make_baseline(std::string_view name, Driver& driver,
                                                        const BaselineOptions& options) {
   if (name == "pytorch") return make_pytorch_caching(driver, options);
   if (name == "expandable") return make_expandable_segments(driver, options);
   if (name == "gmlake") return make_gmlake(driver, options);
+  if (name == "memory-saver") return make_memory_saver(driver, options);
   return make_error(Errc::invalid_argument,
                     fmt::format("unknown baseline '{}'; known: {}", name, fmt::join(names, ", ")));
 }

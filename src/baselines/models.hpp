@@ -11,5 +11,6 @@ namespace tessera::baselines {
 Result<std::unique_ptr<DeviceAllocator>> make_pytorch_caching_model(Driver& driver, const BaselineOptions& options);
 Result<std::unique_ptr<DeviceAllocator>> make_expandable_segments_model(Driver& driver, const BaselineOptions& options);
 Result<std::unique_ptr<DeviceAllocator>> make_gmlake_model(Driver& driver, const BaselineOptions& options);
+Result<std::unique_ptr<DeviceAllocator>> make_memory_saver_model(Driver& driver, const BaselineOptions& options);
 
 }  // namespace tessera::baselines

@@ -10,6 +10,7 @@
 #include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
 #include "tessera/replay.hpp"
+#include "tessera/tags.hpp"
 
 namespace tessera {
 
@@ -70,13 +71,31 @@ std::string where(const Trace& trace, std::optional<std::size_t> event, BlockId 
       return fmt::format("event {} (alloc of {} bytes)", *event, at.size);
     case TraceEventKind::free:
       return fmt::format("event {} (free of block {})", *event, at.block);
+    case TraceEventKind::pause:
+      return fmt::format("event {} (pause of tag '{}')", *event, at.tag < trace.tags.size() ? trace.tags[at.tag] : "?");
+    case TraceEventKind::resume:
+      return fmt::format("event {} (resume of tag '{}')", *event, at.tag < trace.tags.size() ? trace.tags[at.tag] : "?");
     case TraceEventKind::iteration:
       break;
   }
   return fmt::format("event {}", *event);
 }
 
-// Replays the trace through the rig; `observe` runs after every event with the live requested bytes. A
+// The driver's time so far: modelled on the sim driver, measured on the others.
+std::uint64_t driver_time_ns(const Rig& rig) {
+  return rig.clock != nullptr ? rig.clock->modelled().total_nanoseconds() : rig.driver->tally().total_nanoseconds();
+}
+
+void add_difference(CallTally& sum, const CallTally& after, const CallTally& before) {
+  for (std::size_t k = 0; k < driver_call_count; ++k) {
+    sum.calls[k] += after.calls[k] - before.calls[k];
+    sum.failures[k] += after.failures[k] - before.failures[k];
+    sum.nanoseconds[k] += after.nanoseconds[k] - before.nanoseconds[k];
+  }
+}
+
+// Replays the trace through the rig; `observe` runs after every event with the live requested bytes and
+// whether some tag is paused. A
 // failure names the event; an exception from the allocator (std::bad_alloc when the host runs out of memory)
 // is such a failure, not an out-of-memory answer of the device.
 template <class Observe>
@@ -93,7 +112,11 @@ Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& o
     return make_error(error.code, fmt::format("{}: {}", where(trace, current, current_initial), error.message),
                       error.platform_code);
   };
-  auto allocate = [&](BlockId block, Bytes size, std::uint32_t stream) -> Result<bool> {
+  std::size_t paused_tags = 0;
+  auto allocate = [&](BlockId block, Bytes size, std::uint32_t stream, TraceTag tag) -> Result<bool> {
+    // The allocation takes the tag open on this thread, as in the recorded job.
+    std::optional<TagScope> scope;
+    if (tag != trace_default_tag) scope.emplace(trace.tags[tag]);
     auto address = allocator.allocate(size, trace.streams[stream]);
     if (!address) {
       if (address.error().code != Errc::out_of_memory) return failed(address.error());
@@ -112,17 +135,17 @@ Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& o
   try {
     for (const InitialBlock& block : trace.initial_blocks) {
       current_initial = block.id;
-      auto placed = allocate(block.id, block.size, block.stream);
+      auto placed = allocate(block.id, block.size, block.stream, trace_default_tag);
       if (!placed) return std::move(placed).error();
       if (!*placed) return {};
     }
-    observe(std::size_t{0}, live, false);
+    observe(std::size_t{0}, live, false, false);
     for (std::size_t index = 0; index < trace.events.size(); ++index) {
       current = index;
       const TraceEvent& event = trace.events[index];
       switch (event.kind) {
         case TraceEventKind::alloc: {
-          auto placed = allocate(event.block, event.size, event.stream);
+          auto placed = allocate(event.block, event.size, event.stream, event.tag);
           if (!placed) return std::move(placed).error();
           if (!*placed) return {};
           break;
@@ -133,9 +156,36 @@ Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& o
           break;
         case TraceEventKind::iteration:
           break;
+        case TraceEventKind::pause:
+        case TraceEventKind::resume: {
+          const bool pause = event.kind == TraceEventKind::pause;
+          const CallTally calls_before = rig.driver->tally();
+          const std::uint64_t time_before = driver_time_ns(rig);
+          Result<void> done = pause ? allocator.pause(trace.tags[event.tag], event.backup)
+                                    : allocator.resume(trace.tags[event.tag]);
+          add_difference(pause ? result.pause_driver_calls : result.resume_driver_calls, rig.driver->tally(),
+                         calls_before);
+          (pause ? result.pause_time_ns : result.resume_time_ns) += driver_time_ns(rig) - time_before;
+          ++(pause ? result.pauses : result.resumes);
+          paused_tags = pause ? paused_tags + 1 : paused_tags - 1;
+          if (!done) {
+            // An allocator that cannot pause keeps the tag's memory; the replay goes on and says so.
+            if (done.error().code == Errc::unsupported) {
+              result.pause_unsupported = true;
+            } else if (done.error().code == Errc::out_of_memory) {
+              result.oom = true;
+              result.oom_event = current;
+              result.oom_message = done.error().message;
+              return {};
+            } else {
+              return failed(done.error());
+            }
+          }
+          break;
+        }
       }
       result.events = index + 1;
-      observe(index, live, event.kind == TraceEventKind::iteration);
+      observe(index, live, event.kind == TraceEventKind::iteration, paused_tags > 0);
     }
   } catch (const std::bad_alloc&) {
     return failed(make_error(Errc::platform, "the host ran out of memory (std::bad_alloc)"));
@@ -147,8 +197,7 @@ Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& o
 
 void finish_driver_figures(const Rig& rig, ReplayResult& result) {
   result.driver_calls = rig.driver->tally();
-  result.driver_time_ns =
-      rig.clock != nullptr ? rig.clock->modelled().total_nanoseconds() : rig.driver->tally().total_nanoseconds();
+  result.driver_time_ns = driver_time_ns(rig);
   result.syncs = result.driver_calls.calls_of(DriverCall::synchronize_stream) +
                  result.driver_calls.calls_of(DriverCall::synchronize_device) +
                  result.driver_calls.calls_of(DriverCall::synchronize_event);
@@ -190,7 +239,7 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
   // Reserved bytes change only when a page is created or released: ask the driver only then.
   Bytes reserved = driver.census().page_bytes;
   std::uint64_t page_calls = 0;
-  auto observe = [&](std::size_t index, Bytes live, bool iteration_marker) {
+  auto observe = [&](std::size_t index, Bytes live, bool iteration_marker, bool paused) {
     const CallTally& tally = rig->driver->tally();
     const std::uint64_t page_calls_now = tally.calls_of(DriverCall::create_page) + tally.calls_of(DriverCall::release_page);
     if (page_calls_now != page_calls) {
@@ -200,6 +249,7 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
     if (live > result.peak_allocated) result.reserved_at_peak_allocated = reserved;
     result.peak_allocated = std::max(result.peak_allocated, live);
     result.peak_reserved = std::max(result.peak_reserved, reserved);
+    if (paused) result.peak_reserved_while_paused = std::max(result.peak_reserved_while_paused.value_or(0), reserved);
     if (reserved > 0) {
       frag_sum += static_cast<double>(reserved - std::min(reserved, live)) / static_cast<double>(reserved);
       ++frag_samples;
@@ -269,7 +319,12 @@ Result<ReplayResult> replay_with_min_capacity(const Trace& trace, const ReplayOp
   }
   // Granules, rounded up by division: a peak near 2^64 bytes must not overflow.
   auto granules = [&](Bytes bytes) { return bytes / granule + (bytes % granule != 0 ? 1 : 0); };
-  std::size_t low = std::max<std::size_t>(1, granules(result->peak_allocated));
+  // A trace that pauses tags may fit below its live peak: paused blocks need no memory. The search starts
+  // at the resident peak there (summarize()); without pauses that is the live peak.
+  const TraceSummary summary = summarize(trace);
+  const Bytes floor = summary.pauses > 0 ? std::min(result->peak_allocated, summary.peak_resident_bytes)
+                                         : result->peak_allocated;
+  std::size_t low = std::max<std::size_t>(1, granules(floor));
   std::size_t high = std::max<std::size_t>(low, granules(unlimited_peak));
   for (;;) {
     if (high > sim_unlimited / granule) return result;  // more than unlimited: min_capacity stays unknown

@@ -27,6 +27,29 @@ Json driver_calls(const CallTally& tally) {
   return calls;
 }
 
+// Only the kinds called: pause and resume make a few kinds of calls.
+Json called(const CallTally& tally) {
+  Json calls = Json::object();
+  for (std::size_t kind = 0; kind < driver_call_count; ++kind) {
+    if (tally.calls[kind] != 0) calls[std::string(to_string(static_cast<DriverCall>(kind)))] = tally.calls[kind];
+  }
+  return calls;
+}
+
+// Traces with pause and resume events only.
+Json pause_figures(const ReplayResult& result) {
+  Json json;
+  json["pauses"] = result.pauses;
+  json["resumes"] = result.resumes;
+  json["unsupported"] = result.pause_unsupported;
+  json["peak_reserved_while_paused"] = or_null(result.peak_reserved_while_paused);
+  json["pause_driver_calls"] = called(result.pause_driver_calls);
+  json["pause_driver_time_us"] = static_cast<double>(result.pause_time_ns) / 1000.0;
+  json["resume_driver_calls"] = called(result.resume_driver_calls);
+  json["resume_driver_time_us"] = static_cast<double>(result.resume_time_ns) / 1000.0;
+  return json;
+}
+
 Json to_json(const ReplayResult& result) {
   const bool replayed = !report::is_reference(result);
   Json json;
@@ -50,6 +73,7 @@ Json to_json(const ReplayResult& result) {
   json["events"] = result.events;
   json["calls_per_iteration"] = replayed ? Json(result.calls_per_iteration) : Json(nullptr);
   json["failure"] = result.failure.empty() ? Json(nullptr) : Json(result.failure);
+  if (replayed && result.pauses + result.resumes > 0) json["pause"] = pause_figures(result);
   return json;
 }
 

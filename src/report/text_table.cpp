@@ -19,6 +19,29 @@ std::string percent(std::optional<double> value) {
 
 std::string bytes_or_missing(std::optional<Bytes> value) { return value ? format_bytes(*value) : std::string(missing); }
 
+// Traces with pause and resume events: what the allocators held while a tag was paused, and what pausing
+// and resuming cost in driver calls and time (modelled on the sim driver).
+std::string pause_rows(const report::TraceGroup& group) {
+  const bool any = std::any_of(group.results.begin(), group.results.end(), [](const ReplayResult* result) {
+    return result->failure.empty() && result->pauses + result->resumes > 0;
+  });
+  if (!any) return {};
+  constexpr std::string_view row = "  {:<12} {:>14} {:>12} {:>11} {:>12} {:>11}";
+  std::string out = fmt::format(fmt::runtime(row), "pause/resume", "held paused", "pause calls", "pause ms",
+                                "resume calls", "resume ms") +
+                    "\n";
+  for (const ReplayResult* result : group.results) {
+    if (!result->failure.empty() || result->pauses + result->resumes == 0) continue;
+    out += fmt::format(fmt::runtime(row), result->allocator, bytes_or_missing(result->peak_reserved_while_paused),
+                       result->pause_driver_calls.total_calls(),
+                       fmt::format("{:.3f}", static_cast<double>(result->pause_time_ns) / 1e6),
+                       result->resume_driver_calls.total_calls(),
+                       fmt::format("{:.3f}", static_cast<double>(result->resume_time_ns) / 1e6));
+    out += result->pause_unsupported ? "  cannot pause: its tagged memory stayed\n" : "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string format_table(std::span<const ReplayResult> results) {
@@ -51,6 +74,7 @@ std::string format_table(std::span<const ReplayResult> results) {
       out += fmt::format("  ({}: the real allocator, as the profile recorded its Total Allocated and Total Reserved)\n",
                          recorded_line_name);
     }
+    out += pause_rows(group);
   }
   return out;
 }

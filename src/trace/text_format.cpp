@@ -1,8 +1,9 @@
 // Tessera's own text format, for hand-written and generated traces (grammar in docs/trace-format.md):
 //
 //   tessera-trace 1
-//   name <text>  device <text>  s <stream>  p <id> <size> [stream]     declarations, before any event
-//   a <id> <size> [stream [time_us]]   f <id> [time_us]   i <n> [time_us]
+//   name <text>  device <text>  s <stream>  tag <name>  p <id> <size> [stream]     declarations, before any event
+//   a <id> <size> [stream [time_us]] [tag=<name>]   f <id> [time_us]   i <n> [time_us]
+//   pause <tag> backup|discard [time_us]   resume <tag> [time_us]
 //   end
 //
 // One record a line, '#' lines are comments. The closing "end" is required so that a file cut at a line
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <unordered_map>
 
 #include "tessera/trace.hpp"
 #include "trace/gzip_file.hpp"
@@ -23,6 +25,9 @@ namespace {
 
 constexpr std::string_view magic = "tessera-trace";
 constexpr int version = 1;
+// An alloc's tag goes last, named, so that the positional stream and time stay as they were and an untagged
+// trace is written exactly as before tags existed.
+constexpr std::string_view tag_prefix = "tag=";
 
 // Names and devices are free text up to the end of the line; a newline in one would end it early.
 std::string one_line(std::string_view text) {
@@ -48,21 +53,31 @@ std::string format_text_trace(const Trace& trace) {
     return index < trace.streams.size() ? static_cast<std::uintptr_t>(trace.streams[index]) : std::uintptr_t{0};
   };
   for (const StreamId stream : trace.streams) fmt::format_to(it, "s {}\n", static_cast<std::uintptr_t>(stream));
+  // Declared in table order, so that the indices are the same when read back. validate() keeps names to one
+  // word; tag_name() is only a guard for a trace that skipped it.
+  auto tag_name = [&trace](TraceTag tag) -> std::string_view {
+    return tag < trace.tags.size() ? std::string_view(trace.tags[tag]) : default_tag_name;
+  };
+  for (std::size_t t = 1; t < trace.tags.size(); ++t) fmt::format_to(it, "tag {}\n", trace.tags[t]);
   for (const InitialBlock& block : trace.initial_blocks) {
     fmt::format_to(it, "p {} {} {}\n", block.id, block.size, stream_value(block.stream));
   }
   for (const TraceEvent& event : trace.events) {
     const bool timed = event.time_us != no_time;
     switch (event.kind) {
-      case TraceEventKind::alloc:
+      case TraceEventKind::alloc: {
+        const bool tagged = event.tag != trace_default_tag;
         if (timed) {
-          fmt::format_to(it, "a {} {} {} {}\n", event.block, event.size, stream_value(event.stream), event.time_us);
+          fmt::format_to(it, "a {} {} {} {}", event.block, event.size, stream_value(event.stream), event.time_us);
         } else if (stream_value(event.stream) != 0) {
-          fmt::format_to(it, "a {} {} {}\n", event.block, event.size, stream_value(event.stream));
+          fmt::format_to(it, "a {} {} {}", event.block, event.size, stream_value(event.stream));
         } else {
-          fmt::format_to(it, "a {} {}\n", event.block, event.size);
+          fmt::format_to(it, "a {} {}", event.block, event.size);
         }
+        if (tagged) fmt::format_to(it, " {}{}", tag_prefix, tag_name(event.tag));
+        fmt::format_to(it, "\n");
         break;
+      }
       case TraceEventKind::free:
         if (timed) {
           fmt::format_to(it, "f {} {}\n", event.block, event.time_us);
@@ -76,6 +91,16 @@ std::string format_text_trace(const Trace& trace) {
         } else {
           fmt::format_to(it, "i {}\n", event.size);
         }
+        break;
+      case TraceEventKind::pause:
+        fmt::format_to(it, "pause {} {}", tag_name(event.tag), event.backup ? "backup" : "discard");
+        if (timed) fmt::format_to(it, " {}", event.time_us);
+        fmt::format_to(it, "\n");
+        break;
+      case TraceEventKind::resume:
+        fmt::format_to(it, "resume {}", tag_name(event.tag));
+        if (timed) fmt::format_to(it, " {}", event.time_us);
+        fmt::format_to(it, "\n");
         break;
     }
   }
@@ -100,6 +125,11 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
   std::string name;
   std::string device;
   bool named = false;
+  // The tag table as declared, and which tags are paused, so that a misplaced pause or alloc is an error
+  // with its line rather than validate()'s event index.
+  std::vector<std::string> tags{std::string(default_tag_name)};
+  std::unordered_map<std::string, TraceTag> tag_index{{std::string(default_tag_name), trace_default_tag}};
+  std::vector<bool> paused{false};
   bool header = false;
   bool ended = false;
   LineScanner lines(text);
@@ -124,10 +154,10 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
     if (line.empty() || line[0] == '#') continue;
     if (ended) return fail("a record after 'end'");
 
-    std::array<std::string_view, 5> fields;
-    const std::size_t count = split_fields(line, fields.data(), fields.size());
+    std::array<std::string_view, 6> fields;
+    std::size_t count = split_fields(line, fields.data(), fields.size());
     const std::string_view kind = fields[0];
-    const bool declaration = kind == "name" || kind == "device" || kind == "s" || kind == "p";
+    const bool declaration = kind == "name" || kind == "device" || kind == "s" || kind == "p" || kind == "tag";
     if (declaration && builder.event_count() > 0) return fail(fmt::format("'{}' after the first event", kind));
     if (kind == "name" || kind == "device") {
       // As the writer writes it: a line break inside becomes a space, and an empty name is no name (the
@@ -174,11 +204,55 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
       return {};
     };
 
+    auto known_tag = [&](std::string_view tag_name, TraceTag& found_tag) -> std::optional<Error> {
+      const auto found = tag_index.find(std::string(tag_name));
+      if (found == tag_index.end()) {
+        return fail(
+            fmt::format("unknown tag '{}' (declare it with 'tag {}' before the first event)", tag_name, tag_name));
+      }
+      found_tag = found->second;
+      return {};
+    };
+
     std::uint64_t id = 0;
     std::uint64_t size = 0;
     std::uint32_t stream = 0;
     std::int64_t time = no_time;
-    if (kind == "s") {
+    TraceTag tag = trace_default_tag;
+    if (kind == "tag") {
+      if (auto error = expect(1, 0)) return std::move(*error);
+      const std::string declared(fields[1]);
+      if (!is_trace_tag_name(declared)) return fail("a tag name is one word of printable characters");
+      if (tag_index.contains(declared)) {
+        return fail(declared == default_tag_name
+                        ? fmt::format("'{}' is the tag of untagged blocks; it is not declared", declared)
+                        : fmt::format("tag '{}' is declared twice", declared));
+      }
+      tag_index.emplace(declared, static_cast<TraceTag>(tags.size()));
+      tags.push_back(declared);
+      paused.push_back(false);
+    } else if (kind == "pause" || kind == "resume") {
+      const bool pause = kind == "pause";
+      if (auto error = expect(pause ? 2 : 1, 1)) return std::move(*error);
+      if (auto error = known_tag(fields[1], tag)) return std::move(*error);
+      bool backup = false;
+      if (pause) {
+        if (fields[2] != "backup" && fields[2] != "discard") {
+          return fail(fmt::format("'pause' takes 'backup' or 'discard', not '{}'", fields[2]));
+        }
+        backup = fields[2] == "backup";
+      }
+      if (auto error = time_field(pause ? 3 : 2, time)) return std::move(*error);
+      if (paused[tag] == pause) {
+        return fail(fmt::format("{} of tag '{}', which is {}", kind, fields[1], pause ? "paused already" : "not paused"));
+      }
+      paused[tag] = pause;
+      if (pause) {
+        builder.pause(tag, backup, time);
+      } else {
+        builder.resume(tag, time);
+      }
+    } else if (kind == "s") {
       if (auto error = expect(1, 0)) return std::move(*error);
       if (auto error = stream_field(1, stream)) return std::move(*error);
     } else if (kind == "p") {
@@ -193,12 +267,18 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
       }
       if (status != TraceBuilder::Status::ok) return fail("too many blocks");
     } else if (kind == "a") {
+      // A last field "tag=<name>" is the tag; the fields before it are positional as ever.
+      if (count >= 2 && count <= fields.size() && fields[count - 1].starts_with(tag_prefix)) {
+        if (auto error = known_tag(fields[count - 1].substr(tag_prefix.size()), tag)) return std::move(*error);
+        if (paused[tag]) return fail(fmt::format("an alloc under tag '{}', which is paused", tags[tag]));
+        --count;
+      }
       if (auto error = expect(2, 2)) return std::move(*error);
       if (auto error = unsigned_field(1, "id", id)) return std::move(*error);
       if (auto error = unsigned_field(2, "size", size)) return std::move(*error);
       if (auto error = stream_field(3, stream)) return std::move(*error);
       if (auto error = time_field(4, time)) return std::move(*error);
-      const TraceBuilder::Status status = builder.alloc(id, size, stream, time);
+      const TraceBuilder::Status status = builder.alloc(id, size, stream, time, tag);
       if (status == TraceBuilder::Status::already_live) return fail(fmt::format("block {} is allocated while live", id));
       if (status == TraceBuilder::Status::zero_size) {
         return fail(fmt::format("block {} of 0 bytes: {}", id, TraceBuilder::zero_size_reason));
@@ -217,7 +297,8 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
       if (auto error = time_field(2, time)) return std::move(*error);
       builder.iteration(size, time);
     } else {
-      return fail(fmt::format("unknown record '{}' (expected a, f, i, p, s, name, device or end)", kind));
+      return fail(
+          fmt::format("unknown record '{}' (expected a, f, i, p, s, pause, resume, tag, name, device or end)", kind));
     }
   }
   if (!header) {
@@ -228,7 +309,9 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
     number = lines.line_number();
     return fail("the file ends without 'end': it looks cut short");
   }
-  return builder.finish(named ? name : trace_name_from_source(source), device);
+  Trace trace = builder.finish(named ? name : trace_name_from_source(source), device);
+  trace.tags = std::move(tags);
+  return trace;
 }
 
 }  // namespace trace_detail

@@ -13,6 +13,8 @@ std::string_view to_string(TraceEventKind kind) noexcept {
     case TraceEventKind::alloc: return "alloc";
     case TraceEventKind::free: return "free";
     case TraceEventKind::iteration: return "iteration";
+    case TraceEventKind::pause: return "pause";
+    case TraceEventKind::resume: return "resume";
   }
   return "unknown";
 }
@@ -28,6 +30,14 @@ std::string_view to_string(TraceFormat format) noexcept {
     case TraceFormat::operator_memory_csv: return "operator_memory_csv";
   }
   return "unknown";
+}
+
+bool is_trace_tag_name(std::string_view name) noexcept {
+  if (name.empty()) return false;
+  return std::none_of(name.begin(), name.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte <= 0x20 || byte == 0x7f;
+  });
 }
 
 TraceSummary summarize(const Trace& trace) {
@@ -48,10 +58,27 @@ TraceSummary summarize(const Trace& trace) {
   summary.initial_bytes = live;
   summary.peak_live_bytes = live;
   std::size_t live_blocks = trace.initial_blocks.size();
+  // Resident bytes: live bytes less those of paused tags. Per tag, its live bytes and whether it is paused;
+  // a block's tag is looked up on its free (a free does not carry it).
+  const std::size_t tag_count = std::max<std::size_t>(trace.tags.size(), 1);
+  std::vector<Bytes> tag_live(tag_count, 0);
+  std::vector<bool> tag_paused(tag_count, false);
+  std::vector<TraceTag> block_tag(trace.block_count, trace_default_tag);
+  tag_live[trace_default_tag] = live;
+  Bytes resident = live;
+  summary.peak_resident_bytes = resident;
+  auto tag_of = [&](TraceTag tag) { return std::min<std::size_t>(tag, tag_count - 1); };
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     const TraceEvent& event = trace.events[i];
     switch (event.kind) {
       case TraceEventKind::alloc:
+        if (event.block < block_tag.size()) block_tag[event.block] = event.tag;
+        tag_live[tag_of(event.tag)] += event.size;
+        resident += event.size;
+        if (resident > summary.peak_resident_bytes) {
+          summary.peak_resident_bytes = resident;
+          summary.peak_resident_event = i;
+        }
         ++summary.allocs;
         ++live_blocks;
         if (__builtin_add_overflow(live, event.size, &live) && summary.live_past_2_64 == TraceSummary::npos) {
@@ -64,12 +91,30 @@ TraceSummary summarize(const Trace& trace) {
           summary.peak_event = i;
         }
         break;
-      case TraceEventKind::free:
+      case TraceEventKind::free: {
         ++summary.frees;
         --live_blocks;
         live -= event.size;
+        const std::size_t tag = tag_of(event.block < block_tag.size() ? block_tag[event.block] : trace_default_tag);
+        tag_live[tag] -= event.size;
+        if (!tag_paused[tag]) resident -= event.size;
         break;
+      }
       case TraceEventKind::iteration: ++summary.iterations; break;
+      case TraceEventKind::pause:
+        ++summary.pauses;
+        if (!tag_paused[tag_of(event.tag)]) resident -= tag_live[tag_of(event.tag)];
+        tag_paused[tag_of(event.tag)] = true;
+        break;
+      case TraceEventKind::resume:
+        ++summary.resumes;
+        if (tag_paused[tag_of(event.tag)]) resident += tag_live[tag_of(event.tag)];
+        tag_paused[tag_of(event.tag)] = false;
+        if (resident > summary.peak_resident_bytes) {
+          summary.peak_resident_bytes = resident;
+          summary.peak_resident_event = i;
+        }
+        break;
     }
     if (event.time_us != no_time) {
       if (summary.first_time_us == no_time) summary.first_time_us = event.time_us;
@@ -89,6 +134,19 @@ Result<void> validate(const Trace& trace) {
   auto fail = [&trace](std::string what) {
     return make_error(Errc::invalid_argument, fmt::format("trace {}: {}", trace.name, what));
   };
+  if (trace.tags.empty() || trace.tags.front() != default_tag_name) {
+    return fail(fmt::format("the tag table must start with '{}'", default_tag_name));
+  }
+  for (std::size_t t = 1; t < trace.tags.size(); ++t) {
+    if (!is_trace_tag_name(trace.tags[t])) {
+      return fail(fmt::format("tag {} '{}' is not one word of printable characters", t, trace.tags[t]));
+    }
+    if (std::find(trace.tags.begin(), trace.tags.begin() + static_cast<std::ptrdiff_t>(t), trace.tags[t]) !=
+        trace.tags.begin() + static_cast<std::ptrdiff_t>(t)) {
+      return fail(fmt::format("tag {} '{}' is in the tag table twice", t, trace.tags[t]));
+    }
+  }
+  std::vector<bool> paused(trace.tags.size(), false);
   for (std::size_t i = 0; i < trace.initial_blocks.size(); ++i) {
     const InitialBlock& block = trace.initial_blocks[i];
     if (block.id >= trace.block_count) {
@@ -109,6 +167,25 @@ Result<void> validate(const Trace& trace) {
     const TraceEvent& event = trace.events[i];
     if (event.kind == TraceEventKind::iteration) continue;
     const std::string_view kind = to_string(event.kind);
+    if ((event.kind == TraceEventKind::alloc || event.kind == TraceEventKind::pause ||
+         event.kind == TraceEventKind::resume) &&
+        event.tag >= trace.tags.size()) {
+      return fail(fmt::format("event {} ({}) names tag {}, beyond the {} tags", i, kind, event.tag,
+                              trace.tags.size()));
+    }
+    if (event.kind == TraceEventKind::pause || event.kind == TraceEventKind::resume) {
+      const bool pause = event.kind == TraceEventKind::pause;
+      if (paused[event.tag] == pause) {
+        return fail(fmt::format("event {} {}s tag '{}', which is {}", i, kind, trace.tags[event.tag],
+                                pause ? "paused already" : "not paused"));
+      }
+      paused[event.tag] = pause;
+      continue;
+    }
+    if (event.kind == TraceEventKind::alloc && paused[event.tag]) {
+      return fail(fmt::format("event {} allocates block {} under tag '{}', which is paused", i, event.block,
+                              trace.tags[event.tag]));
+    }
     if (event.block >= trace.block_count) {
       return fail(fmt::format("event {} ({}) names block {}, beyond the {} blocks", i, kind, event.block,
                               trace.block_count));

@@ -24,10 +24,10 @@ TraceBuilder::Status TraceBuilder::new_block(std::uint64_t key, std::uint64_t si
 }
 
 TraceBuilder::Status TraceBuilder::alloc(std::uint64_t key, std::uint64_t size, std::uint32_t stream,
-                                         std::int64_t time_us) {
+                                         std::int64_t time_us, TraceTag tag) {
   BlockId id = 0;
   const Status status = new_block(key, size, stream, id);
-  if (status == Status::ok) events_.push_back(TraceEvent::alloc(id, size, stream, time_us));
+  if (status == Status::ok) events_.push_back(TraceEvent::tagged_alloc(id, size, stream, tag, time_us));
   return status;
 }
 
@@ -53,6 +53,12 @@ void TraceBuilder::iteration(std::uint64_t index, std::int64_t time_us) {
   events_.push_back(TraceEvent::iteration(index, time_us));
 }
 
+void TraceBuilder::pause(TraceTag tag, bool backup, std::int64_t time_us) {
+  events_.push_back(TraceEvent::pause(tag, backup, time_us));
+}
+
+void TraceBuilder::resume(TraceTag tag, std::int64_t time_us) { events_.push_back(TraceEvent::resume(tag, time_us)); }
+
 Trace TraceBuilder::finish(std::string name, std::string device) {
   // Renumber: initial blocks first, so that a replay creates blocks 0..k-1 before the first event.
   constexpr BlockId unassigned = std::numeric_limits<BlockId>::max();
@@ -70,7 +76,7 @@ Trace TraceBuilder::finish(std::string name, std::string device) {
     if (id == unassigned) id = next++;
   }
   for (TraceEvent& event : events_) {
-    if (event.kind != TraceEventKind::iteration) event.block = final_id[event.block];
+    if (event.kind == TraceEventKind::alloc || event.kind == TraceEventKind::free) event.block = final_id[event.block];
   }
   trace.name = std::move(name);
   trace.device = std::move(device);

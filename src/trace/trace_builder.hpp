@@ -32,12 +32,16 @@ class TraceBuilder {
   std::uint32_t stream(StreamId platform_stream);
 
   // One rule for every format, the same as validate()'s: a block has at least one byte.
-  Status alloc(std::uint64_t key, std::uint64_t size, std::uint32_t stream, std::int64_t time_us);
+  Status alloc(std::uint64_t key, std::uint64_t size, std::uint32_t stream, std::int64_t time_us,
+               TraceTag tag = trace_default_tag);
   // Frees the live block of `key`; its size and stream go into the event.
   Status free(std::uint64_t key, std::int64_t time_us);
   // A block live before recording began, which no event has used yet.
   Status declare_initial(std::uint64_t key, std::uint64_t size, std::uint32_t stream);
   void iteration(std::uint64_t index, std::int64_t time_us);
+  // The caller keeps the tag table and checks the pairing (trace.hpp's validate() rules).
+  void pause(TraceTag tag, bool backup, std::int64_t time_us);
+  void resume(TraceTag tag, std::int64_t time_us);
 
   bool is_live(std::uint64_t key) const { return live_.contains(key); }
   // Whether any alloc, free or declaration has used the key.

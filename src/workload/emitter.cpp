@@ -11,7 +11,7 @@ Emitter::Emitter(std::string name, std::vector<StreamId> streams, std::size_t ev
   trace_.streams = std::move(streams);
 }
 
-Handle Emitter::alloc(Bytes size, std::uint32_t stream) {
+Handle Emitter::alloc(Bytes size, std::uint32_t stream, TraceTag tag) {
   if (size == 0 || full_) return no_block;
   if (trace_.events.size() >= event_limit_ || size_.size() >= no_block) {
     full_ = true;
@@ -22,7 +22,7 @@ Handle Emitter::alloc(Bytes size, std::uint32_t stream) {
   stream_.push_back(stream);
   live_.push_back(true);
   live_bytes_ += size;
-  trace_.events.push_back(TraceEvent::alloc(id, size, stream));
+  trace_.events.push_back(TraceEvent::tagged_alloc(id, size, stream, tag));
   return id;
 }
 
@@ -48,6 +48,28 @@ void Emitter::iteration(std::uint64_t index) {
     return;
   }
   trace_.events.push_back(TraceEvent::iteration(index));
+}
+
+bool Emitter::room_for_one() {
+  if (full_) return false;
+  if (trace_.events.size() >= event_limit_) full_ = true;
+  return !full_;
+}
+
+TraceTag Emitter::tag(std::string_view name) {
+  for (std::size_t t = 0; t < trace_.tags.size(); ++t) {
+    if (trace_.tags[t] == name) return static_cast<TraceTag>(t);
+  }
+  trace_.tags.emplace_back(name);
+  return static_cast<TraceTag>(trace_.tags.size() - 1);
+}
+
+void Emitter::pause(TraceTag tag, bool backup) {
+  if (room_for_one()) trace_.events.push_back(TraceEvent::pause(tag, backup));
+}
+
+void Emitter::resume(TraceTag tag) {
+  if (room_for_one()) trace_.events.push_back(TraceEvent::resume(tag));
 }
 
 Result<Trace> Emitter::finish(std::string_view what_to_lower) && {

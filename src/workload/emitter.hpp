@@ -24,9 +24,13 @@ class Emitter {
  public:
   Emitter(std::string name, std::vector<StreamId> streams, std::size_t event_limit = default_event_limit);
 
-  Handle alloc(Bytes size, std::uint32_t stream = 0);
+  Handle alloc(Bytes size, std::uint32_t stream = 0, TraceTag tag = trace_default_tag);
   void free(Handle block);
   void iteration(std::uint64_t index);
+  // Tags: a name's index in the trace's tag table, added on first use; pause and resume events.
+  TraceTag tag(std::string_view name);
+  void pause(TraceTag tag, bool backup);
+  void resume(TraceTag tag);
 
   // True once the event limit is reached: later calls record nothing, and finish() fails.
   bool full() const noexcept { return full_; }
@@ -46,6 +50,8 @@ class Emitter {
   std::size_t event_limit_;
   bool full_ = false;
   std::string bug_;
+
+  bool room_for_one();
 };
 
 }  // namespace tessera::workload

@@ -21,6 +21,7 @@ const std::vector<Entry>& entries() {
       {workload::moe_description(), workload::generate_moe},
       {workload::inference_description(), workload::generate_inference},
       {workload::finetune_description(), workload::generate_finetune},
+      {workload::rl_description(), workload::generate_rl},
   };
   return all;
 }

@@ -20,4 +20,7 @@ Result<Trace> generate_finetune(const Parameters& parameters);
 WorkloadDescription inference_description();
 Result<Trace> generate_inference(const Parameters& parameters);
 
+WorkloadDescription rl_description();
+Result<Trace> generate_rl(const Parameters& parameters);
+
 }  // namespace tessera::workload

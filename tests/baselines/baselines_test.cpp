@@ -306,7 +306,7 @@ TEST_P(EveryModel, DataWrittenIntoLiveBlocksSurvivesOnTheHostDriver) {
 
 TEST(BaselineFactory, KnowsThreeModelsAndNamesThemInErrors) {
   auto driver = sim_driver();
-  EXPECT_EQ(baseline_names(), (std::vector<std::string_view>{"pytorch", "expandable", "gmlake"}));
+  EXPECT_EQ(baseline_names(), (std::vector<std::string_view>{"pytorch", "expandable", "gmlake", "memory-saver"}));
   auto unknown = make_baseline("tlsf", *driver);
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.error().code, Errc::invalid_argument);

@@ -34,7 +34,7 @@ TEST(Workloads, DescribeEveryParameterOnce) {
     EXPECT_TRUE(keys.contains("seed")) << description.name;
     EXPECT_TRUE(keys.contains("preset")) << description.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"training", "moe", "inference", "finetune"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"training", "moe", "inference", "finetune", "rl"}));
 }
 
 TEST(Workloads, UnknownWorkloadKeyOrValueIsNamed) {

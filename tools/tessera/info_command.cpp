@@ -36,6 +36,15 @@ void print_info(const std::string& path, const ProfileRecording& recording) {
     fmt::print("peak live       {} bytes ({}), {}\n", summary.peak_live_bytes, format_bytes(summary.peak_live_bytes),
                summary.peak_event == TraceSummary::npos ? std::string("before the first event")
                                                         : fmt::format("after event {}", summary.peak_event));
+    // Traces that pause tags: what must be resident when a paused tag costs nothing.
+    if (summary.pauses > 0) {
+      fmt::print("peak resident   {} bytes ({}), {} ({} tags, {} pauses, {} resumes)\n", summary.peak_resident_bytes,
+                 format_bytes(summary.peak_resident_bytes),
+                 summary.peak_resident_event == TraceSummary::npos
+                     ? std::string("before the first event")
+                     : fmt::format("after event {}", summary.peak_resident_event),
+                 trace.tags.size(), summary.pauses, summary.resumes);
+    }
   }
   // The profiled allocator's own figures, where the file carries them: the real line beside the replays.
   const RecordedTotals& recorded = recording.recorded;

@@ -1,0 +1,440 @@
+// `rl`: colocated reinforcement-learning post-training on one device (the verl / OpenRLHF way): an inference
+// engine and the trained actor share the GPU and take turns. Every RL step is
+//
+//   rollout   the engine generates answers: its weights (tag "weights", loaded once), a paged KV cache
+//             (tag "kv_cache") that grows block by block as the sequences grow, and untagged activations;
+//   sleep     pause "weights" with backup (copied to host memory), "kv_cache" without (its content is
+//             recomputed by the next rollout);
+//   training  the actor, sharded over `fsdp` devices (FSDP / ZeRO-3), loaded from host memory: fp32
+//             weights, fp32 gradients, Adam's two fp32 moments, each layer gathered whole in bf16 while it
+//             runs; activations of micro-batches, with activation checkpointing when `recompute` is set;
+//   wake      resume "weights", copy the new actor weights into the engine (a layer gathered at a time),
+//             offload the actor, resume "kv_cache".
+//
+// All sizes follow from the model shape; the formulas are beside each allocation. Per device, with P the
+// parameter count: engine weights 2 P / tp bytes; KV cache 2 (K and V) x layers x kv_heads / tp x head_dim x
+// 2 bytes a token, in blocks of kv_block_tokens tokens; actor state 16 P / fsdp bytes (4 weights, 4
+// gradients, 8 Adam). The defaults: Llama 2 7B, the engine at tensor parallelism 2, the actor sharded over
+// 8 GPUs: 6.7 GB of engine weights, 13.5 GB of actor state, a KV cache of a few GB.
+//
+// Assumptions: decoding runs under CUDA graphs, so its per-layer activations live in one pool allocated when
+// the engine starts (untagged, as vLLM's graph pool is ordinary allocator memory) and a decode step
+// allocates only the sampling buffers; prefill runs eagerly, a chunk of at most max_prefill_tokens at a
+// time. The engine keeps the KV blocks it allocated: a finished sequence's blocks go back to its free list,
+// not to the allocator.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "workload/emitter.hpp"
+#include "workload/model.hpp"
+#include "workload/random.hpp"
+#include "workload/workloads.hpp"
+
+namespace tessera::workload {
+namespace {
+
+constexpr Bytes half = 2;  // bf16 weights and activations
+constexpr Bytes fp32 = 4;
+constexpr Bytes int64 = 8;
+
+struct RlSettings {
+  ModelShape model;
+  std::uint64_t tp = 1;    // the engine's tensor parallelism
+  std::uint64_t fsdp = 1;  // devices the actor is sharded over
+  std::uint64_t steps = 1;
+  std::uint64_t rollout_batch = 1;
+  std::uint64_t mean_prompt = 0, max_prompt = 0, mean_output = 0, max_output = 0;
+  double length_sigma = 0;
+  std::uint64_t max_prefill_tokens = 0;
+  std::uint64_t block_tokens = 0;
+  std::uint64_t micro_batch = 1;
+  bool recompute = true;
+  std::uint64_t seed = 0;
+};
+
+// Log-normal with the given mean (mu = ln(mean) - sigma^2 / 2), rounded and clipped to [1, max].
+std::uint64_t draw_length(Rng& rng, std::uint64_t mean, std::uint64_t max, double sigma) {
+  const double mu = std::log(static_cast<double>(mean)) - sigma * sigma / 2;
+  const double value = std::round(std::exp(mu + sigma * rng.normal()));
+  return static_cast<std::uint64_t>(std::clamp(value, 1.0, static_cast<double>(max)));
+}
+
+// Parameter counts (elements, whole model) of the units FSDP shards and gathers: the embedding, each
+// layer, and the final norm with the output layer.
+struct Units {
+  std::uint64_t embedding = 0;
+  std::uint64_t layer = 0;
+  std::uint64_t head = 0;
+};
+
+Units count_units(const ModelShape& m, std::uint64_t max_seq) {
+  const std::uint64_t h = m.hidden;
+  const std::uint64_t norm = m.norm == Norm::layernorm ? 2 * h : h;  // weight (and bias)
+  const std::uint64_t vocab = padded_vocab(m.vocab, 1);
+  Units units;
+  units.embedding = vocab * h + (m.learned_positions ? max_seq * h : 0);
+  // Two norms, QKV, output projection, the MLP's two matrices, and their biases.
+  units.layer = 2 * norm + h * m.qkv_features() + h * h + h * m.fc1_features() + m.ffn * h;
+  if (m.bias) units.layer += m.qkv_features() + h + m.fc1_features() + h;
+  units.head = norm + (m.tied_embeddings ? 0 : vocab * h);
+  return units;
+}
+
+struct Sequence {
+  std::uint64_t prompt = 0;
+  std::uint64_t output = 0;
+  std::uint64_t tokens = 0;      // in the KV cache so far
+  std::vector<Handle> blocks;    // KV blocks taken from the engine
+};
+
+class Colocated {
+ public:
+  explicit Colocated(const RlSettings& settings)
+      : s_(settings), emitter_("rl", {StreamId{0}}),
+        weights_(emitter_.tag("weights")), kv_cache_(emitter_.tag("kv_cache")),
+        units_(count_units(s_.model, s_.max_prompt + s_.max_output)),
+        // K and V of one token in every layer, this device's KV heads.
+        kv_block_bytes_(2 * s_.model.layers * (s_.model.kv_heads / s_.tp) * s_.model.head_dim() * half *
+                        s_.block_tokens) {}
+
+  Result<Trace> run() {
+    start_engine();
+    for (std::uint64_t step = 0; step < s_.steps && !emitter_.full(); ++step) {
+      emitter_.iteration(step);
+      const std::vector<Sequence> sequences = rollout(step);
+      emitter_.pause(weights_, /*backup=*/true);
+      emitter_.pause(kv_cache_, /*backup=*/false);
+      train(sequences);
+      wake();
+    }
+    return std::move(emitter_).finish("steps or rollout_batch");
+  }
+
+ private:
+  // The engine's weights, one tensor per parameter as a loader creates them (QKV and gate+up fused), 2 P /
+  // tp bytes; norms and row-parallel biases replicated over tp. And the CUDA-graph pool of decoding: one
+  // layer's activations for a full batch (QKV, attention, MLP in and out), which the graphs reuse layer
+  // after layer.
+  void start_engine() {
+    const ModelShape& m = s_.model;
+    const std::uint64_t t = s_.tp;
+    const std::uint64_t h = m.hidden;
+    const bool layernorm = m.norm == Norm::layernorm;
+    const std::uint64_t vocab = padded_vocab(m.vocab, t);
+    auto weight = [this](Bytes bytes) { emitter_.alloc(bytes, 0, weights_); };
+    weight(half * vocab / t * h);
+    if (m.learned_positions) weight(half * (s_.max_prompt + s_.max_output) * h);
+    for (std::uint64_t l = 0; l < m.layers; ++l) {
+      weight(half * h);
+      if (layernorm) weight(half * h);
+      weight(half * h * m.qkv_features() / t);
+      if (m.bias) weight(half * m.qkv_features() / t);
+      weight(half * h / t * h);
+      if (m.bias) weight(half * h);
+      weight(half * h);
+      if (layernorm) weight(half * h);
+      weight(half * h * m.fc1_features() / t);
+      if (m.bias) weight(half * m.fc1_features() / t);
+      weight(half * m.ffn / t * h);
+      if (m.bias) weight(half * h);
+    }
+    weight(half * h);
+    if (layernorm) weight(half * h);
+    if (!m.tied_embeddings) weight(half * vocab / t * h);
+    emitter_.alloc(half * s_.rollout_batch * (m.qkv_features() / t + h / t + m.fc1_features() / t + m.ffn / t + h));
+  }
+
+  // KV blocks until the sequence's cache holds `tokens`: from the engine's free list, else new.
+  void reserve(Sequence& sequence, std::uint64_t tokens) {
+    while (sequence.blocks.size() * s_.block_tokens < tokens) {
+      if (!free_blocks_.empty()) {
+        sequence.blocks.push_back(free_blocks_.back());
+        free_blocks_.pop_back();
+      } else {
+        sequence.blocks.push_back(emitter_.alloc(kv_block_bytes_, 0, kv_cache_));
+      }
+    }
+    sequence.tokens = tokens;
+  }
+
+  void give_back(Sequence& sequence) {
+    free_blocks_.insert(free_blocks_.end(), sequence.blocks.begin(), sequence.blocks.end());
+    sequence.blocks.clear();
+  }
+
+  std::vector<Sequence> rollout(std::uint64_t step) {
+    Rng lengths(mix(s_.seed, step), "rl-lengths");
+    std::vector<Sequence> sequences(s_.rollout_batch);
+    for (Sequence& sequence : sequences) {
+      sequence.prompt = draw_length(lengths, s_.mean_prompt, s_.max_prompt, s_.length_sigma);
+      sequence.output = draw_length(lengths, s_.mean_output, s_.max_output, s_.length_sigma);
+    }
+    // Prefill: chunks of whole prompts within the token budget, each an eager forward pass.
+    for (std::size_t first = 0; first < sequences.size();) {
+      std::uint64_t tokens = 0;
+      std::size_t end = first;
+      while (end < sequences.size() && (end == first || tokens + sequences[end].prompt <= s_.max_prefill_tokens)) {
+        tokens += sequences[end].prompt;
+        reserve(sequences[end], sequences[end].prompt);
+        ++end;
+      }
+      prefill(tokens, end - first);
+      first = end;
+    }
+    // Decode: one token of every running sequence a step; a finished sequence's blocks return to the engine.
+    std::uint64_t running = sequences.size();
+    for (std::uint64_t generated = 1; running > 0 && !emitter_.full(); ++generated) {
+      running = 0;
+      for (Sequence& sequence : sequences) {
+        if (generated >= sequence.output) {
+          if (!sequence.blocks.empty()) give_back(sequence);
+          continue;
+        }
+        reserve(sequence, sequence.prompt + generated);
+        ++running;
+      }
+      if (running > 0) sample(running);
+    }
+    return sequences;
+  }
+
+  // An eager forward pass over `tokens` prompt tokens: every op's output a new tensor, freed when the next
+  // op is done with it; attention writes K and V into the cache.
+  void prefill(std::uint64_t tokens, std::uint64_t sequences) {
+    const ModelShape& m = s_.model;
+    const std::uint64_t t = s_.tp;
+    const std::uint64_t h = m.hidden;
+    const Handle ids = emitter_.alloc(int64 * tokens);
+    Handle hidden = emitter_.alloc(half * tokens * h);
+    const Handle residual = emitter_.alloc(half * tokens * h);
+    for (std::uint64_t l = 0; l < m.layers; ++l) {
+      const Handle qkv = emitter_.alloc(half * tokens * m.qkv_features() / t);
+      const Handle attention = emitter_.alloc(half * tokens * h / t);
+      emitter_.free(qkv);
+      const Handle projected = emitter_.alloc(half * tokens * h);
+      emitter_.free(attention);
+      emitter_.free(hidden);
+      hidden = projected;
+      const Handle up = emitter_.alloc(half * tokens * m.fc1_features() / t);
+      const Handle activated = emitter_.alloc(half * tokens * m.ffn / t);
+      emitter_.free(up);
+      const Handle down = emitter_.alloc(half * tokens * h);
+      emitter_.free(activated);
+      emitter_.free(hidden);
+      hidden = down;
+    }
+    sample(sequences);
+    emitter_.free(residual);
+    emitter_.free(hidden);
+    emitter_.free(ids);
+  }
+
+  // The sampling buffers of one step: the last tokens' logits gathered over tp, in fp32, probabilities, ids.
+  void sample(std::uint64_t sequences) {
+    const std::uint64_t vocab = padded_vocab(s_.model.vocab, s_.tp);
+    const Handle logits = emitter_.alloc(half * sequences * vocab);
+    const Handle wide = emitter_.alloc(fp32 * sequences * vocab);
+    emitter_.free(logits);
+    const Handle probabilities = emitter_.alloc(fp32 * sequences * vocab);
+    const Handle sampled = emitter_.alloc(int64 * sequences);
+    emitter_.free(probabilities);
+    emitter_.free(wide);
+    emitter_.free(sampled);
+  }
+
+  // The units in order: embedding, layers, head.
+  std::vector<std::uint64_t> unit_elements() const {
+    std::vector<std::uint64_t> units{units_.embedding};
+    units.insert(units.end(), s_.model.layers, units_.layer);
+    units.push_back(units_.head);
+    return units;
+  }
+
+  std::uint64_t shard(std::uint64_t elements) const { return ceil_div(elements, s_.fsdp); }
+
+  // One training step over the rollout's sequences, `micro_batch` at a time, each padded to its longest.
+  void train(const std::vector<Sequence>& sequences) {
+    const std::vector<std::uint64_t> units = unit_elements();
+    // The actor loaded from host memory: fp32 weight shards (4 P / fsdp), Adam's moments (8 P / fsdp).
+    std::vector<Handle> actor;
+    std::vector<Handle> optimizer;
+    for (const std::uint64_t n : units) actor.push_back(emitter_.alloc(fp32 * shard(n)));
+    for (const std::uint64_t n : units) {
+      optimizer.push_back(emitter_.alloc(fp32 * shard(n)));  // exp_avg
+      optimizer.push_back(emitter_.alloc(fp32 * shard(n)));  // exp_avg_sq
+    }
+    std::vector<Handle> gradients(units.size(), no_block);  // fp32 shards (4 P / fsdp), made by the first backward
+    for (std::size_t first = 0; first < sequences.size(); first += s_.micro_batch) {
+      const std::size_t end = std::min(sequences.size(), first + s_.micro_batch);
+      std::uint64_t longest = 0;
+      for (std::size_t i = first; i < end; ++i) longest = std::max(longest, sequences[i].prompt + sequences[i].output);
+      micro_batch((end - first) * longest, units, gradients);
+    }
+    // The optimizer step, one unit at a time (an fp32 update buffer each), then gradients dropped and the
+    // optimizer states offloaded; the weights stay until they are copied into the engine.
+    for (std::size_t u = 0; u < units.size(); ++u) emitter_.free(emitter_.alloc(fp32 * shard(units[u])));
+    for (const Handle gradient : gradients) emitter_.free(gradient);
+    for (const Handle state : optimizer) emitter_.free(state);
+    actor_ = std::move(actor);
+  }
+
+  // Forward and backward of `tokens` tokens. A layer's input is saved; with recompute its other
+  // activations are made again in backward, else they are kept from forward.
+  void micro_batch(std::uint64_t tokens, const std::vector<std::uint64_t>& units, std::vector<Handle>& gradients) {
+    const ModelShape& m = s_.model;
+    const std::uint64_t h = m.hidden;
+    const std::uint64_t vocab = padded_vocab(m.vocab, 1);
+    auto layer_activations = [&] {
+      // QKV, attention output, MLP input and activation, down projection (bf16, whole layer: no tp).
+      return std::vector<Handle>{emitter_.alloc(half * tokens * m.qkv_features()), emitter_.alloc(half * tokens * h),
+                                 emitter_.alloc(half * tokens * m.fc1_features()), emitter_.alloc(half * tokens * m.ffn),
+                                 emitter_.alloc(half * tokens * h)};
+    };
+    auto free_all = [this](std::vector<Handle>& handles) {
+      for (const Handle handle : handles) emitter_.free(handle);
+      handles.clear();
+    };
+    const Handle ids = emitter_.alloc(int64 * tokens);
+    std::vector<Handle> saved;                    // per layer: its input
+    std::vector<std::vector<Handle>> kept;        // per layer, without recompute
+    Handle gathered = emitter_.alloc(half * units.front());  // the embedding, gathered whole in bf16
+    Handle hidden = emitter_.alloc(half * tokens * h);
+    emitter_.free(gathered);
+    for (std::uint64_t l = 0; l < m.layers; ++l) {
+      gathered = emitter_.alloc(half * units[1 + l]);
+      saved.push_back(hidden);
+      std::vector<Handle> activations = layer_activations();
+      hidden = emitter_.alloc(half * tokens * h);
+      if (s_.recompute) {
+        free_all(activations);
+      } else {
+        kept.push_back(std::move(activations));
+      }
+      emitter_.free(gathered);
+    }
+    // The head: logits in fp32 for the log-probabilities of the policy loss.
+    gathered = emitter_.alloc(half * units.back());
+    const Handle logits = emitter_.alloc(fp32 * tokens * vocab);
+    emitter_.free(gathered);
+    // Backward: the head, then the layers in reverse, each gathered again, its gradient reduce-scattered
+    // into the shard.
+    auto reduce = [&](std::size_t unit) {
+      const Handle whole = emitter_.alloc(half * units[unit]);  // the unit's bf16 gradient before reduce-scatter
+      if (gradients[unit] == no_block) gradients[unit] = emitter_.alloc(fp32 * shard(units[unit]));
+      emitter_.free(whole);
+    };
+    gathered = emitter_.alloc(half * units.back());
+    const Handle grad_logits = emitter_.alloc(fp32 * tokens * vocab);
+    emitter_.free(logits);
+    Handle grad_hidden = emitter_.alloc(half * tokens * h);
+    emitter_.free(grad_logits);
+    reduce(units.size() - 1);
+    emitter_.free(gathered);
+    emitter_.free(hidden);
+    for (std::uint64_t l = m.layers; l-- > 0;) {
+      gathered = emitter_.alloc(half * units[1 + l]);
+      std::vector<Handle> activations;
+      if (s_.recompute) {
+        activations = layer_activations();
+      } else {
+        activations = std::move(kept.back());
+        kept.pop_back();
+      }
+      const Handle grad_input = emitter_.alloc(half * tokens * h);
+      const Handle grad_mlp = emitter_.alloc(half * tokens * m.fc1_features());  // the largest temporary gradient
+      emitter_.free(grad_mlp);
+      free_all(activations);
+      emitter_.free(grad_hidden);
+      grad_hidden = grad_input;
+      emitter_.free(saved.back());
+      saved.pop_back();
+      reduce(1 + l);
+      emitter_.free(gathered);
+    }
+    gathered = emitter_.alloc(half * units.front());
+    reduce(0);
+    emitter_.free(gathered);
+    emitter_.free(grad_hidden);
+    emitter_.free(ids);
+  }
+
+  // Wake: the engine's weights first, the new actor weights copied in (a unit gathered in bf16 at a time),
+  // the actor offloaded, then the KV cache.
+  void wake() {
+    emitter_.resume(weights_);
+    for (const std::uint64_t n : unit_elements()) emitter_.free(emitter_.alloc(half * n));
+    for (const Handle weight : actor_) emitter_.free(weight);
+    actor_.clear();
+    emitter_.resume(kv_cache_);
+  }
+
+  const RlSettings& s_;
+  Emitter emitter_;
+  const TraceTag weights_;
+  const TraceTag kv_cache_;
+  const Units units_;
+  const Bytes kv_block_bytes_;
+  std::vector<Handle> free_blocks_;  // KV blocks the engine holds and no sequence uses
+  std::vector<Handle> actor_;        // the actor's weight shards between training and wake
+};
+
+}  // namespace
+
+WorkloadDescription rl_description() {
+  std::vector<WorkloadParameter> parameters = model_parameters("llama2-7b-tp2", {.seq = false, .dropout = false});
+  const std::vector<WorkloadParameter> own = {
+      {"steps", "3", "RL steps: rollout, sleep, training, wake"},
+      {"fsdp", "8", "devices the actor's weights, gradients and optimizer states are sharded over (FSDP / ZeRO-3)"},
+      {"rollout_batch", "32", "sequences this device's engine generates per rollout, and the actor trains on"},
+      {"mean_prompt", "256", "mean prompt length in tokens (log-normal, clipped to max_prompt)"},
+      {"max_prompt", "1024", "longest prompt"},
+      {"mean_output", "384", "mean answer length in tokens (log-normal, clipped to max_output)"},
+      {"max_output", "1024", "longest answer"},
+      {"length_sigma", "0.6", "sigma of the log-normal lengths (0 = every sequence at the mean)"},
+      {"max_prefill_tokens", "8192", "prompt tokens of one prefill chunk at most (>= max_prompt)"},
+      {"kv_block_tokens", "16", "tokens per KV block (vLLM's block_size)"},
+      {"micro_batch", "4", "sequences of a training micro-batch, padded to the longest"},
+      {"recompute", "true", "activation checkpointing: a layer keeps its input and recomputes the rest in backward"},
+      {"seed", "1", "random seed (lengths)"},
+  };
+  parameters.insert(parameters.end(), own.begin(), own.end());
+  return {"rl",
+          "colocated RL post-training: rollout (engine weights and a growing KV cache, tagged), sleep (weights "
+          "paused with backup, KV cache without), FSDP training, wake",
+          std::move(parameters), preset_names(false)};
+}
+
+Result<Trace> generate_rl(const Parameters& parameters) {
+  ParameterReader reader(parameters);
+  RlSettings s;
+  s.model = read_model(reader, {.seq = false, .dropout = false});
+  s.tp = reader.integer("tp", 1, 1024);
+  s.fsdp = reader.integer("fsdp", 1, 1 << 20);
+  s.steps = reader.integer("steps", 1, 1'000'000);
+  s.rollout_batch = reader.integer("rollout_batch", 1, 1 << 20);
+  s.mean_prompt = reader.integer("mean_prompt", 1, 1 << 24);
+  s.max_prompt = reader.integer("max_prompt", 1, 1 << 24);
+  s.mean_output = reader.integer("mean_output", 1, 1 << 24);
+  s.max_output = reader.integer("max_output", 1, 1 << 24);
+  s.length_sigma = reader.number("length_sigma", 0, 4);
+  s.max_prefill_tokens = reader.integer("max_prefill_tokens", 1, 1 << 30);
+  s.block_tokens = reader.integer("kv_block_tokens", 1, 1 << 20);
+  s.micro_batch = reader.integer("micro_batch", 1, 1 << 20);
+  s.recompute = reader.flag("recompute");
+  s.seed = reader.integer("seed", 0, UINT64_MAX);
+  if (reader.ok()) {
+    reader.require(s.model.heads % s.tp == 0 && s.model.kv_heads % s.tp == 0, "tp",
+                   fmt::format("must divide heads={} and kv_heads={}", s.model.heads, s.model.kv_heads));
+    reader.require(s.model.ffn % s.tp == 0, "tp", fmt::format("must divide ffn={}", s.model.ffn));
+    reader.require(s.mean_prompt <= s.max_prompt, "mean_prompt", fmt::format("must not exceed max_prompt={}", s.max_prompt));
+    reader.require(s.mean_output <= s.max_output, "mean_output", fmt::format("must not exceed max_output={}", s.max_output));
+    reader.require(s.max_prefill_tokens >= s.max_prompt, "max_prefill_tokens",
+                   fmt::format("must hold the longest prompt, max_prompt={}", s.max_prompt));
+  }
+  if (auto status = reader.status(); !status) return std::move(status).error();
+  return Colocated(s).run();
+}
+
+}  // namespace tessera::workload
