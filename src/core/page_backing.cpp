@@ -4,8 +4,9 @@
 //   1. pooled pages (created earlier, unmapped now), the largest that fits the hole — or, where the driver
 //      maps parts of a chunk, a piece of a larger pooled run;
 //   2. with reclaim:first, the pages of idle cached blocks (page_reclaim.cpp), then the pool again;
-//   3. new pages while the memory held stays within the limit: one page of up to page_max for the slots
-//      wholly inside the block (only this block touches them), one granule at the block's shared edges —
+//   3. new pages while the memory held stays within the limit: one page of up to page_max (a chunk under a
+//      tag other than the default) for the slots wholly inside the block (only this block touches them),
+//      one granule at the block's shared edges —
 //      all cut from one new chunk (up to chunk_max) where the driver maps parts of a chunk;
 //   4. with reclaim:when_full, the pages of idle cached blocks, then the pool again (where slivers are shared,
 //      only after a block over slivers could not be built: sliver_sharing.cpp);
@@ -31,7 +32,7 @@ std::size_t TesseraAllocatorImpl::fill_gaps_from_pool(Backing& backing) {
   PagePool& pool = mapper_.pool();
   for (Gap& gap : backing.gaps) {
     while (gap.next < gap.end) {
-      auto page = pool.take_at_most(std::min<std::size_t>(gap.end - gap.next, page_max_granules_), pages_split());
+      auto page = pool.take_at_most(std::min<std::size_t>(gap.end - gap.next, backing.page_limit), pages_split());
       if (!page) break;
       backing.assignments.push_back({gap.next, *page});
       gap.next += page->granules;
@@ -82,7 +83,7 @@ Result<void> TesseraAllocatorImpl::create_for_gaps(Backing& backing, const SlotR
       const std::size_t owned_end =
           gap.next >= inner.first && gap.next < inner.end() ? std::min(gap.end, inner.end()) : gap.next + 1;
       const std::size_t page_end = extends ? std::max(extend_to, owned_end) : owned_end;
-      auto granules = static_cast<std::uint32_t>(std::min<std::size_t>(page_end - gap.next, page_max_granules_));
+      auto granules = static_cast<std::uint32_t>(std::min<std::size_t>(page_end - gap.next, backing.page_limit));
       if (chunk_next == chunk_end) {
         const std::size_t room = (limit_ - std::min(limit_, mapper_.held())) / granule_;
         if (room == 0) break;
@@ -125,6 +126,7 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
   if (auto done = mapper_.restore_access(region, touched); !done) return done;
 
   backing.start();
+  backing.page_limit = page_limit_for(arena);
   for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
     if (region.is_mapped(slot)) continue;
     if (!backing.gaps.empty() && backing.gaps.back().end == slot) {

@@ -81,6 +81,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
     std::size_t end;
   };
   struct Backing {
+    std::uint32_t page_limit = 1;  // the most granules one page may hold for this block (page_limit_for)
     std::vector<Gap> gaps;
     std::vector<Assignment> assignments;
     std::vector<Page> reclaimed;
@@ -146,6 +147,12 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   std::size_t fill_gaps_from_pool(Backing& backing);
   Result<void> create_for_gaps(Backing& backing, const SlotRange& inner, std::size_t extend_to);
   bool pages_split() const noexcept { return chunk_max_granules_ > page_max_granules_; }
+  // The largest page for a block of the arena: page_max; under a tag other than the default, up to a chunk.
+  // A tagged block is paused and resumed whole, so the inside of it as one page costs no memory that a
+  // granule page would save, and a pause unmaps it with one call instead of one per granule.
+  std::uint32_t page_limit_for(const Arena& arena) const noexcept {
+    return arena.tag() == default_tag ? page_max_granules_ : chunk_max_granules_;
+  }
   std::size_t growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const;
   void return_to_pool(Backing& backing);
 
