@@ -58,4 +58,15 @@ bool device_from_cell(std::string_view cell, std::string& device) {
   return true;
 }
 
+std::string_view locate_columns(const std::vector<std::string>& header, std::span<const CsvColumn> columns,
+                                std::span<std::optional<std::size_t>> index) {
+  std::string_view missing;
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    const auto found = std::find(header.begin(), header.end(), columns[c].header);
+    index[c] = found != header.end() ? std::optional(static_cast<std::size_t>(found - header.begin())) : std::nullopt;
+    if (!index[c] && columns[c].required && missing.empty()) missing = columns[c].header;
+  }
+  return missing;
+}
+
 }  // namespace tessera::trace_detail

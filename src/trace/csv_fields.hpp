@@ -2,6 +2,9 @@
 // memory_record.csv): quoted fields, decimal numbers, device names.
 #pragma once
 
+#include <cstddef>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +14,17 @@ namespace tessera::trace_detail {
 // Comma-separated fields, trimmed; a field in double quotes may hold commas and "" for a quote. Returns
 // false for an unterminated quote.
 bool split_quoted_csv(std::string_view line, std::vector<std::string>& fields);
+
+// A column a reader knows, by its header, and whether a file must have it.
+struct CsvColumn {
+  std::string_view header;
+  bool required;
+};
+
+// Where each of `columns` stands in a header row (`index[c]`, none when absent). Returns the header of the
+// first required column the row lacks; empty when it has them all.
+std::string_view locate_columns(const std::vector<std::string>& header, std::span<const CsvColumn> columns,
+                                std::span<std::optional<std::size_t>> index);
 
 // A finite decimal number, the whole text.
 bool parse_decimal(std::string_view text, double& value);

@@ -20,12 +20,7 @@ namespace {
 
 enum Column : std::size_t { component, timestamp, allocated_mb, reserved_mb, device_type, column_count };
 
-struct ColumnSpec {
-  std::string_view header;
-  bool required;
-};
-
-constexpr std::array<ColumnSpec, column_count> columns{{
+constexpr std::array<trace_detail::CsvColumn, column_count> columns{{
     {"Component", true},
     {"Timestamp(us)", true},
     {"Total Allocated(MB)", false},
@@ -53,13 +48,8 @@ Result<std::vector<MemoryRecord>> parse_memory_record_inflated(std::string_view 
     if (header) {
       header = false;
       width = fields.size();
-      for (std::size_t c = 0; c < column_count; ++c) {
-        const auto found = std::find(fields.begin(), fields.end(), columns[c].header);
-        if (found != fields.end()) index[c] = static_cast<std::size_t>(found - fields.begin());
-        if (!index[c] && columns[c].required) {
-          return fail(number, fmt::format("the header has no '{}' column (torch_npu's memory_record.csv has it)",
-                                          columns[c].header));
-        }
+      if (const auto missing = trace_detail::locate_columns(fields, columns, index); !missing.empty()) {
+        return fail(number, fmt::format("the header has no '{}' column (torch_npu's memory_record.csv has it)", missing));
       }
       continue;
     }

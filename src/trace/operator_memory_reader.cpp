@@ -46,12 +46,7 @@ enum Column : std::size_t {
   column_count,
 };
 
-struct ColumnSpec {
-  std::string_view header;
-  bool required;
-};
-
-constexpr std::array<ColumnSpec, column_count> columns{{
+constexpr std::array<trace_detail::CsvColumn, column_count> columns{{
     {"Name", false},
     {"Size(KB)", true},
     {"Allocation Time(us)", true},
@@ -101,13 +96,8 @@ Result<ProfileRecording> parse_operator_memory_inflated(std::string_view text, s
     if (header) {
       header = false;
       width = fields.size();
-      for (std::size_t c = 0; c < column_count; ++c) {
-        const auto found = std::find(fields.begin(), fields.end(), columns[c].header);
-        if (found != fields.end()) index[c] = static_cast<std::size_t>(found - fields.begin());
-        if (!index[c] && columns[c].required) {
-          return fail(number, fmt::format("the header has no '{}' column (torch_npu's operator_memory.csv has it)",
-                                          columns[c].header));
-        }
+      if (const auto missing = trace_detail::locate_columns(fields, columns, index); !missing.empty()) {
+        return fail(number, fmt::format("the header has no '{}' column (torch_npu's operator_memory.csv has it)", missing));
       }
       continue;
     }

@@ -49,14 +49,6 @@ struct Request {
   std::vector<Handle> blocks;   // paged
 };
 
-// Log-normal with the given mean (mu = ln(mean) - sigma^2 / 2), rounded and clipped to [1, max]: the long
-// tail of real prompt and answer lengths (ShareGPT-like).
-std::uint64_t draw_length(Rng& rng, std::uint64_t mean, std::uint64_t max, double sigma) {
-  const double mu = std::log(static_cast<double>(mean)) - sigma * sigma / 2;
-  const double value = std::round(std::exp(mu + sigma * rng.normal()));
-  return static_cast<std::uint64_t>(std::clamp(value, 1.0, static_cast<double>(max)));
-}
-
 class Server {
  public:
   explicit Server(const Serving& serving)
@@ -76,8 +68,8 @@ class Server {
       if (s_.steps != 0 && busy == s_.steps) break;
       for (std::uint64_t n = arrivals.poisson(s_.arrival_rate); n > 0 && more_arrive(); --n, ++arrived) {
         Request request;
-        request.prompt = draw_length(lengths, s_.mean_prompt, s_.max_prompt, s_.length_sigma);
-        request.output = draw_length(lengths, s_.mean_output, s_.max_output, s_.length_sigma);
+        request.prompt = lengths.length(s_.mean_prompt, s_.max_prompt, s_.length_sigma);
+        request.output = lengths.length(s_.mean_output, s_.max_output, s_.length_sigma);
         waiting.push_back(request);
       }
       if (waiting.empty() && running.empty()) continue;  // an idle step: nothing to allocate

@@ -4,6 +4,7 @@
 // shifts another's.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -63,6 +64,14 @@ class Rng {
     const double u1 = 1.0 - uniform();  // (0, 1]: log is finite
     const double u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+  // Log-normal with the given mean (mu = ln(mean) - sigma^2 / 2), rounded and clipped to [1, max]: the long
+  // tail of real prompt and answer lengths (ShareGPT-like).
+  std::uint64_t length(std::uint64_t mean, std::uint64_t max, double sigma) noexcept {
+    const double mu = std::log(static_cast<double>(mean)) - sigma * sigma / 2;
+    const double value = std::round(std::exp(mu + sigma * normal()));
+    return static_cast<std::uint64_t>(std::clamp(value, 1.0, static_cast<double>(max)));
   }
 
   // Poisson: Knuth's product method for small means, a rounded normal above 30 (error well under 1%).

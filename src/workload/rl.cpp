@@ -54,13 +54,6 @@ struct RlSettings {
   std::uint64_t seed = 0;
 };
 
-// Log-normal with the given mean (mu = ln(mean) - sigma^2 / 2), rounded and clipped to [1, max].
-std::uint64_t draw_length(Rng& rng, std::uint64_t mean, std::uint64_t max, double sigma) {
-  const double mu = std::log(static_cast<double>(mean)) - sigma * sigma / 2;
-  const double value = std::round(std::exp(mu + sigma * rng.normal()));
-  return static_cast<std::uint64_t>(std::clamp(value, 1.0, static_cast<double>(max)));
-}
-
 // Parameter counts (elements, whole model) of the units FSDP shards and gathers: the embedding, each
 // layer, and the final norm with the output layer.
 struct Units {
@@ -168,8 +161,8 @@ class Colocated {
     Rng lengths(mix(s_.seed, step), "rl-lengths");
     std::vector<Sequence> sequences(s_.rollout_batch);
     for (Sequence& sequence : sequences) {
-      sequence.prompt = draw_length(lengths, s_.mean_prompt, s_.max_prompt, s_.length_sigma);
-      sequence.output = draw_length(lengths, s_.mean_output, s_.max_output, s_.length_sigma);
+      sequence.prompt = lengths.length(s_.mean_prompt, s_.max_prompt, s_.length_sigma);
+      sequence.output = lengths.length(s_.mean_output, s_.max_output, s_.length_sigma);
     }
     // Prefill: chunks of whole prompts within the token budget, each an eager forward pass.
     for (std::size_t first = 0; first < sequences.size();) {
