@@ -58,6 +58,10 @@ struct AllocatorConfig {
   bool share_slivers = true;
   // Tessera: virtual space reserved per (stream, pool), as a multiple of the device capacity.
   unsigned virtual_factor = 2;
+  // Tessera: whether the host buffers of a tag's backups are kept after its resume for the next pause (a
+  // colocated job pauses the same blocks every step; allocating and pinning the host memory again would cost
+  // as much as the copy). empty_cache frees them; off frees them at each resume.
+  bool backup_cache = true;
 
   bool operator==(const AllocatorConfig&) const = default;
 };
@@ -113,6 +117,8 @@ struct TesseraStats {
   // bytes is mapped_bytes + sliver_mapped_bytes, of mappings pages_mapped - pages_unmapped + sliver_mappings).
   std::uint64_t sliver_mappings = 0;
   Bytes sliver_mapped_bytes = 0;
+  // Host memory of backup buffers kept for the next pause (AllocatorConfig::backup_cache).
+  Bytes backup_cache_bytes = 0;
   // Pauses and resumes of tags that changed something.
   std::uint64_t pauses = 0;
   std::uint64_t resumes = 0;

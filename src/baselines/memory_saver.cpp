@@ -26,6 +26,18 @@
 namespace tessera::baselines {
 namespace {
 
+// The untagged model's errors name it ("pytorch: ..."); a caller of this allocator must read its own name.
+Error as_own(Error error) {
+  constexpr std::string_view inner = "pytorch: ";
+  if (error.message.starts_with(inner)) error.message = "memory-saver: " + error.message.substr(inner.size());
+  return error;
+}
+
+Result<void> as_own(Result<void> result) {
+  if (result) return result;
+  return as_own(std::move(result).error());
+}
+
 class MemorySaver final : public DeviceAllocator {
  public:
   MemorySaver(Driver& driver, std::unique_ptr<DeviceAllocator> untagged)
@@ -59,6 +71,7 @@ class MemorySaver final : public DeviceAllocator {
     if (tag == default_tag) {
       auto address = untagged_->allocate(size, stream);
       note_peaks();
+      if (!address) return as_own(std::move(address).error());
       return address;
     }
     const Bytes rounded = align_up(size, memory_.granularity());
@@ -80,7 +93,7 @@ class MemorySaver final : public DeviceAllocator {
 
   Result<void> do_deallocate(Address block) override {
     const auto found = tagged_.find(block);
-    if (found == tagged_.end()) return untagged_->deallocate(block);
+    if (found == tagged_.end()) return as_own(untagged_->deallocate(block));
     Allocation& allocation = found->second;
     // The page goes back at once: wait for the work on its stream first.
     if (!allocation.paused) {
@@ -95,7 +108,7 @@ class MemorySaver final : public DeviceAllocator {
 
   Result<void> do_record_stream(Address block, StreamId stream) override {
     if (tagged_.contains(block)) return {};  // its frees synchronize the device's streams anyway
-    return untagged_->record_stream(block, stream);
+    return as_own(untagged_->record_stream(block, stream));
   }
 
   Result<void> do_pause(std::string_view tag_name, bool backup) override {

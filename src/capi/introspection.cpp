@@ -114,6 +114,7 @@ std::string stats_json(const DeviceReport& report) {
   json["tessera.shared_blocks"] = report.stats.shared_blocks;
   json["tessera.slivers_shared"] = report.stats.slivers_shared;
   json["tessera.sliver_mapped_bytes"] = report.stats.sliver_mapped_bytes;
+  json["tessera.backup_cache_bytes"] = report.stats.backup_cache_bytes;
   json["tessera.bad_frees"] = report.bad_frees;
   json["tessera.pauses"] = report.stats.pauses;
   json["tessera.resumes"] = report.stats.resumes;

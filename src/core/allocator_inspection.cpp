@@ -38,6 +38,7 @@ TesseraStats TesseraAllocatorImpl::tessera_stats() const {
   stats.cached_bytes = 0;
   for (const auto& placement : placements_) stats.cached_bytes += idle_mapped_bytes(*placement, granule_);
   stats.tags = tag_stats();
+  stats.backup_cache_bytes = backup_cache_.bytes();
   return stats;
 }
 

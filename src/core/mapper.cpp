@@ -253,16 +253,6 @@ Result<void> Mapper::unmap_region(Region& region) {
   return failure;
 }
 
-Result<HostBuffer> Mapper::back_up(Address at, Bytes size) {
-  auto backup = driver_.allocate_host(size);
-  if (!backup) return backup;
-  if (auto copied = driver_.copy_to_host(*backup, at, size); !copied) {
-    free_backup(*backup);
-    return std::move(copied).error();
-  }
-  return backup;
-}
-
 void Mapper::free_backup(const HostBuffer& backup) {
   if (!driver_.free_host(backup)) stale_backups_.push_back(backup);
 }

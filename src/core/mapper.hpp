@@ -97,8 +97,11 @@ class Mapper {
   // Unmaps every page of the region, pooling them, until one unmap fails (what was done stays done). The
   // caller proved the device done with the live blocks over them and backed up what it keeps.
   Result<void> unmap_region(Region& region);
-  // A host copy of `size` bytes at `at` (allocate_host, then copy_to_host); nothing is left on a failure.
-  Result<HostBuffer> back_up(Address at, Bytes size);
+  // A host buffer for a backup, and the copies into it and back.
+  Result<HostBuffer> allocate_backup(Bytes size) { return driver_.allocate_host(size); }
+  Result<void> back_up(const HostBuffer& backup, Address at, Bytes size) {
+    return driver_.copy_to_host(backup, at, size);
+  }
   Result<void> restore(Address at, const HostBuffer& backup, Bytes size) {
     return driver_.copy_to_device(at, backup, size);
   }

@@ -11,7 +11,7 @@ namespace {
 using Reclaim = AllocatorConfig::Reclaim;
 
 // clang-format off
-constexpr std::array<OptionRow, 8> rows{{
+constexpr std::array<OptionRow, 9> rows{{
     {.key = "garbage_collection_threshold", .field = "garbage_collection_threshold",
      .member = &AllocatorConfig::garbage_collection_threshold, .type = OptionRow::Type::fraction,
      .meaning = "PyTorch's: when the memory held passes this fraction of the capacity, idle pages go back, "
@@ -49,6 +49,10 @@ constexpr std::array<OptionRow, 8> rows{{
     {.key = "virtual_factor", .field = "virtual_factor", .member = &AllocatorConfig::virtual_factor,
      .type = OptionRow::Type::number, .minimum = 1, .maximum = 64,
      .meaning = "Tessera's: virtual space reserved per (stream, pool), in multiples of the capacity"},
+    {.key = "backup_cache", .field = "backup_cache", .member = &AllocatorConfig::backup_cache,
+     .type = OptionRow::Type::choice, .choices = {{{"on", 1}, {"off", 0}}},
+     .meaning = "Tessera's: keep the host buffers of a tag's backups after its resume for its next pause (no new "
+                "host memory to allocate and pin each time); empty_cache frees them. off: freed at each resume"},
 }};
 // clang-format on
 

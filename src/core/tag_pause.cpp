@@ -97,9 +97,14 @@ Result<void> TesseraAllocatorImpl::back_up_tag(TagId tag) {
   Result<void> failure;
   auto back_up = [&](Block& block) {
     if (!failure.ok() || block.lent || backups_.contains(&block)) return;
-    auto backup = mapper_.back_up(block.address, block.requested);
+    auto backup = backup_buffer(block.requested);
     if (!backup) {
       failure = std::move(backup).error();
+      return;
+    }
+    if (auto copied = mapper_.back_up(*backup, block.address, block.requested); !copied) {
+      free_backup_buffer(*backup);
+      failure = std::move(copied).error();
       return;
     }
     backups_.emplace(&block, *backup);
@@ -115,10 +120,23 @@ Result<void> TesseraAllocatorImpl::back_up_tag(TagId tag) {
   return failure;
 }
 
+Result<HostBuffer> TesseraAllocatorImpl::backup_buffer(Bytes size) {
+  if (auto kept = backup_cache_.take(size)) return *kept;
+  return mapper_.allocate_backup(size);
+}
+
+void TesseraAllocatorImpl::free_backup_buffer(const HostBuffer& buffer) {
+  if (config_.backup_cache) {
+    backup_cache_.keep(buffer);
+  } else {
+    mapper_.free_backup(buffer);
+  }
+}
+
 void TesseraAllocatorImpl::drop_backup(const Block* block) {
   auto found = backups_.find(block);
   if (found == backups_.end()) return;
-  mapper_.free_backup(found->second);
+  free_backup_buffer(found->second);
   backups_.erase(found);
 }
 
@@ -343,7 +361,7 @@ Result<void> TesseraAllocatorImpl::do_resume(std::string_view name) {
       ++backup;
       continue;
     }
-    mapper_.free_backup(backup->second);
+    free_backup_buffer(backup->second);
     backup = backups_.erase(backup);
   }
   state.paused = false;

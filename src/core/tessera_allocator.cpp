@@ -67,6 +67,7 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   mapper_.release_all_pooled();
   mapper_.destroy_events(events);
   for (const auto& [block, backup] : backups_) mapper_.free_backup(backup);
+  for (const HostBuffer& buffer : backup_cache_.take_all()) mapper_.free_backup(buffer);
 }
 
 Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
@@ -175,6 +176,7 @@ Result<void> TesseraAllocatorImpl::empty_cache() {
   std::lock_guard lock(mutex_);
   if (auto done = process_pending(true); !done) return done;
   if (auto taken = reclaim(std::numeric_limits<std::size_t>::max(), nullptr); !taken) return std::move(taken).error();
+  for (const HostBuffer& buffer : backup_cache_.take_all()) mapper_.free_backup(buffer);
   return mapper_.release_pooled(0);
 }
 

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/backup_cache.hpp"
 #include "core/mapper.hpp"
 #include "core/observers.hpp"
 #include "core/placement.hpp"
@@ -182,7 +183,9 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   Result<TagId> known_tag(std::string_view name, std::string_view operation) const;
   Result<void> prove_tag_idle(TagId tag);
   Result<void> back_up_tag(TagId tag);
+  Result<HostBuffer> backup_buffer(Bytes size);
   void drop_backup(const Block* block);
+  void free_backup_buffer(const HostBuffer& buffer);  // kept for the next pause where the option says so
   // Unmaps every page under the tag (its shared blocks first: they map granules of its regions), pooling them.
   Result<void> unmap_tag(TagId tag);
   Result<void> map_tag(TagId tag, std::size_t& missing);
@@ -229,6 +232,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   std::size_t paused_tags_ = 0;       // so that a free checks for a paused block only while one may exist
   // The host copies of paused live blocks, by block, and their sizes.
   std::unordered_map<const Block*, HostBuffer> backups_;
+  BackupCache backup_cache_;
   Backing backing_;
   detail::ForkGuardMembership fork_membership_{*this, detail::ForkRank::allocator};  // last: leaves first
 };

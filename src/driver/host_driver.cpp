@@ -335,49 +335,80 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
     (void)madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE);
   }
 
+  // Both copies go through the memfd itself, mapping by mapping, as a copy engine works on physical memory: a
+  // read of device memory mapped again since the last pause would otherwise take a page fault per few pages
+  // of the mapping, and a restore most often fills pages created since the pause, which a write of whole pages
+  // into the file lets the kernel skip zeroing first.
   Result<void> platform_copy_to_host(const detail::HostBufferRecord& destination, Address source,
                                      Bytes size) override {
     populate(destination.data, size);
-    std::memcpy(destination.data, to_pointer(source), size);
-    return {};
+    if (!fork_copy_failed_.empty()) {  // the memfd is the parent's: only the private mappings are this process's
+      std::memcpy(destination.data, to_pointer(source), size);
+      return {};
+    }
+    auto* to = static_cast<char*>(destination.data);
+    return for_each_piece(source, size, "copy_to_host", [&](off_t offset, Bytes piece) -> Result<void> {
+      while (piece > 0) {
+        const ssize_t read = pread(memfd_, to, piece, offset);
+        if (read <= 0) {
+          if (read < 0 && errno == EINTR) continue;
+          return errno_error(Errc::platform, "pread (copy_to_host)", read < 0 ? errno : EIO);
+        }
+        to += read;
+        offset += read;
+        piece -= static_cast<Bytes>(read);
+      }
+      return {};
+    });
   }
 
-  // Into the memfd itself, mapping by mapping: a restore most often fills pages created since the pause, and a
-  // write of whole pages into the file lets the kernel skip zeroing them first and the page faults a memcpy
-  // through the mapping would take — what a copy engine writing device memory pays neither.
   Result<void> platform_copy_to_device(Address destination, const detail::HostBufferRecord& source,
                                        Bytes size) override {
+    if (!fork_copy_failed_.empty()) {
+      std::memcpy(to_pointer(destination), source.data, size);
+      return {};
+    }
     const auto* from = static_cast<const char*>(source.data);
-    const Address end = destination + size;
-    auto mapping = mappings().upper_bound(destination);
-    if (mapping != mappings().begin()) --mapping;
-    for (Address at = destination; at < end; ++mapping) {
-      if (mapping == mappings().end() || mapping->first > at) {
-        return make_error(Errc::not_mapped, fmt::format("copy_to_device: {:#x} is not mapped", at));
-      }
-      const detail::MappingRecord& record = mapping->second;
-      const Address mapping_end = mapping->first + record.size;
-      if (mapping_end <= at) continue;
-      const detail::PageRecord* page = find_page(record.page);
-      if (page == nullptr) return make_error(Errc::not_found, "copy_to_device: a mapping of an unknown page");
-      Bytes chunk = std::min(end, mapping_end) - at;
-      auto offset = static_cast<off_t>(page->handle + record.offset + (at - mapping->first));
-      while (chunk > 0) {
-        const ssize_t written = pwrite(memfd_, from, chunk, offset);
+    return for_each_piece(destination, size, "copy_to_device", [&](off_t offset, Bytes piece) -> Result<void> {
+      while (piece > 0) {
+        const ssize_t written = pwrite(memfd_, from, piece, offset);
         if (written < 0) {
           if (errno == EINTR) continue;
           return errno_error(Errc::platform, "pwrite (copy_to_device)", errno);
         }
         from += written;
-        at += static_cast<Bytes>(written);
         offset += written;
-        chunk -= static_cast<Bytes>(written);
+        piece -= static_cast<Bytes>(written);
       }
+      return {};
+    });
+  }
+
+ private:
+  // Calls copy(offset in the memfd, bytes) for each piece of [at, at + size) under one mapping, in order.
+  template <class Copy>
+  Result<void> for_each_piece(Address at, Bytes size, std::string_view call, Copy&& copy) {
+    const Address end = at + size;
+    auto mapping = mappings().upper_bound(at);
+    if (mapping != mappings().begin()) --mapping;
+    for (; at < end; ++mapping) {
+      if (mapping == mappings().end() || mapping->first > at) {
+        return make_error(Errc::not_mapped, fmt::format("{}: {:#x} is not mapped", call, at));
+      }
+      const detail::MappingRecord& record = mapping->second;
+      const Address mapping_end = mapping->first + record.size;
+      if (mapping_end <= at) continue;
+      const detail::PageRecord* page = find_page(record.page);
+      if (page == nullptr) return make_error(Errc::not_found, fmt::format("{}: a mapping of an unknown page", call));
+      const Bytes piece = std::min(end, mapping_end) - at;
+      if (auto done = copy(static_cast<off_t>(page->handle + record.offset + (at - mapping->first)), piece); !done) {
+        return done;
+      }
+      at += piece;
     }
     return {};
   }
 
- private:
   static constexpr std::size_t entries_per_call = 2;  // the most one map or unmap adds to the kernel's count
 
   // Cheap upper bound first (every mapping and reservation costing two entries); near the limit, the budget

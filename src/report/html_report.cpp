@@ -5,6 +5,7 @@
 
 #include <array>
 
+#include "report/html_sections.hpp"
 #include "report/report_common.hpp"
 #include "report/svg.hpp"
 #include "tessera/report.hpp"
@@ -31,6 +32,7 @@ td.failure { text-align: left; white-space: normal; color: #a00; }
 .legend span { display: inline-block; margin-right: 16px; font-size: 12px; }
 .legend i { display: inline-block; width: 18px; height: 3px; vertical-align: middle; margin-right: 5px; }
 dt { font-weight: 600; margin-top: 6px; } dd { margin-left: 20px; }
+ul.summary li { margin: 4px 0; }
 )";
 
 constexpr std::string_view allocated_color = "#222222";
@@ -192,7 +194,9 @@ std::string format_html_report(std::span<const ReplayResult> results, const Html
       escape_xml(options.title), style);
   if (!options.note.empty()) html += fmt::format("<p class=\"note\">{}</p>\n", escape_xml(options.note));
   if (results.empty()) return html + "<p>No results.</p>\n</body>\n</html>\n";
+  html += report::summary_section(groups);
   html += "<h2>Results</h2>\n" + summary_table(groups);
+  html += report::pause_section(groups);
   html += overhead_chart(groups, order);
   html +=
       "<h2>Allocated and reserved over time</h2>\n<p>Live requested bytes (dashed) and the physical bytes each "

@@ -44,6 +44,8 @@ inline std::vector<AllocatorKind> contract_allocators() {
       {"pytorch", baseline("pytorch")},
       {"expandable", baseline("expandable")},
       {"gmlake", baseline("gmlake")},
+      // torch_memory_saver's way: untagged memory through the pytorch model, a handle per tagged allocation.
+      {"memory_saver", baseline("memory-saver")},
   };
 }
 

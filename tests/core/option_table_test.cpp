@@ -18,7 +18,7 @@ using test_support::must;
 bool mentions(const Error& error, std::string_view words) { return error.message.find(words) != std::string::npos; }
 
 TEST(OptionTable, EachDefaultReadsBackAsTheDefaultConfiguration) {
-  ASSERT_EQ(allocator_options().size(), 8u);
+  ASSERT_EQ(allocator_options().size(), 9u);
   for (const OptionDescription& option : allocator_options()) {
     const std::string text = std::string(option.key) + ":" + option.default_value;
     EXPECT_EQ(must(parse_allocator_config(text)), AllocatorConfig{}) << text;
@@ -37,6 +37,7 @@ TEST(OptionTable, TheDefaults) {
   EXPECT_EQ(defaults["chunk_max_mb"], "64");
   EXPECT_EQ(defaults["share_slivers"], "on");
   EXPECT_EQ(defaults["virtual_factor"], "2");
+  EXPECT_EQ(defaults["backup_cache"], "on");
   EXPECT_TRUE(check_allocator_config(AllocatorConfig{}).ok());
 }
 

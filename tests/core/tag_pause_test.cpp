@@ -172,10 +172,46 @@ TEST_F(TagPauseTest, PauseWithBackupGivesThePagesBackAndResumeRestoresEveryByteA
   expect_intact("weights");
 
   must(allocator_->resume("weights"));
-  EXPECT_FALSE(stats_of(allocator_->tessera_stats(), "weights").paused);
-  EXPECT_EQ(driver_->census().host_buffers, 0u) << "backups freed";
+  const TesseraStats resumed = allocator_->tessera_stats();
+  EXPECT_FALSE(stats_of(resumed, "weights").paused);
+  EXPECT_EQ(stats_of(resumed, "weights").backup_bytes, 0u);
+  EXPECT_EQ(resumed.backup_cache_bytes, weights_paused.backup_bytes) << "the buffers are kept for the next pause";
   expect_intact();  // at the addresses they had
   EXPECT_EQ(allocator_->check(), std::nullopt);
+  must(allocator_->empty_cache());
+  EXPECT_EQ(driver_->census().host_buffers, 0u) << "empty_cache frees the kept buffers";
+  EXPECT_EQ(allocator_->tessera_stats().backup_cache_bytes, 0u);
+}
+
+// A tag paused every step reuses the host buffers of its last backup: no host memory allocated again.
+TEST_F(TagPauseTest, ASecondPauseReusesTheBackupBuffersOfTheFirst) {
+  make(256);
+  build_job();
+  must(allocator_->pause("weights", true));
+  must(allocator_->resume("weights"));
+  const std::size_t kept = driver_->census().host_buffers;
+  EXPECT_EQ(kept, blocks_of("weights").size());
+  for (Address block : blocks_of("weights")) fill(block, live_.at(block) = static_cast<unsigned char>(live_.at(block) + 1));
+  driver_->reset();
+  must(allocator_->pause("weights", true));
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::allocate_host), 0u);
+  EXPECT_EQ(allocator_->tessera_stats().backup_cache_bytes, 0u) << "every kept buffer back in use";
+  must(allocator_->resume("weights"));
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::free_host), 0u);
+  EXPECT_EQ(driver_->census().host_buffers, kept);
+  expect_intact();  // the second backup's contents, not the first's
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+}
+
+TEST_F(TagPauseTest, WithTheBackupCacheOffResumeFreesTheBuffers) {
+  make(256, "backup_cache:off");
+  build_job();
+  must(allocator_->pause("weights", true));
+  EXPECT_EQ(driver_->census().host_buffers, blocks_of("weights").size());
+  must(allocator_->resume("weights"));
+  EXPECT_EQ(driver_->census().host_buffers, 0u);
+  EXPECT_EQ(allocator_->tessera_stats().backup_cache_bytes, 0u);
+  expect_intact();
 }
 
 TEST_F(TagPauseTest, OtherTagsStitchAndCollectGarbageInThePausedTagsMemory) {
@@ -242,8 +278,13 @@ TEST_F(TagPauseTest, AllocatingUnderAPausedTagIsAnErrorNamingItAndFreeingAPaused
   }
   allocate(1000);  // other tags go on
   const std::vector<Address> kv = blocks_of("kv_cache");
+  const Bytes backed_up = stats_of(allocator_->tessera_stats(), "kv_cache").backup_bytes;
   free(kv.front());
-  EXPECT_EQ(driver_->census().host_buffers, kv.size() - 1);
+  const TesseraStats after_free = allocator_->tessera_stats();
+  EXPECT_LT(stats_of(after_free, "kv_cache").backup_bytes, backed_up) << "its backup went";
+  EXPECT_EQ(stats_of(after_free, "kv_cache").backup_bytes + after_free.backup_cache_bytes, backed_up)
+      << "into the buffers kept for the next pause";
+  EXPECT_EQ(driver_->census().host_buffers, kv.size());
   must(allocator_->resume("kv_cache"));
   expect_intact();
   EXPECT_EQ(allocator_->check(), std::nullopt);

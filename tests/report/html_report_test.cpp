@@ -2,6 +2,8 @@
 // names escaped.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <regex>
 
 #include "report_fixtures.hpp"
@@ -117,6 +119,62 @@ TEST(HtmlReport, OutOfMemoryIsMarked) {
   const std::string html = format_html_report(results);
   EXPECT_NE(html.find("out of memory at event"), std::string::npos);
   EXPECT_NE(html.find("<path d=\"M"), std::string::npos);  // the cross
+}
+
+// The page opens with what Tessera saves against each other allocator, figures taken from the results.
+TEST(HtmlReport, OpensWithASummaryOfWhatTesseraSavesAndAtWhatDriverCost) {
+  std::vector<ReplayResult> results;
+  for (const char* allocator : {"tessera", "pytorch"}) {
+    ReplayOptions options;
+    options.allocator = allocator;
+    auto replayed = replay_with_min_capacity(test::small_trace("one"), options);
+    ASSERT_TRUE(replayed.ok());
+    results.push_back(*replayed);
+  }
+  const std::string html = format_html_report(results);
+  const auto summary = html.find("<h2>Summary</h2>");
+  ASSERT_NE(summary, std::string::npos);
+  EXPECT_LT(summary, html.find("<h2>Results</h2>")) << "the summary comes first";
+  const Bytes tessera = *results[0].min_capacity;
+  const Bytes pytorch = *results[1].min_capacity;
+  ASSERT_NE(tessera, pytorch) << "the trace should tell them apart";
+  const std::string needs = "Tessera needs <b>" + format_bytes(tessera) + "</b>";
+  EXPECT_NE(html.find(needs), std::string::npos) << html.substr(summary, 800);
+  const std::string difference = "<b>" + format_bytes(tessera < pytorch ? pytorch - tessera : tessera - pytorch) +
+                                 "</b> " + (tessera < pytorch ? "less" : "more") + " than pytorch (" +
+                                 format_bytes(pytorch);
+  EXPECT_NE(html.find(difference), std::string::npos) << html.substr(summary, 800);
+  EXPECT_NE(html.find(fmt::format("Tessera {} calls", results[0].driver_calls.total_calls())), std::string::npos);
+  EXPECT_NE(html.find(fmt::format("pytorch {} calls", results[1].driver_calls.total_calls())), std::string::npos);
+  EXPECT_EQ(html.find("Pause and resume"), std::string::npos) << "no trace pauses";
+}
+
+TEST(HtmlReport, ATraceThatPausesGetsThePauseTable) {
+  Trace trace;
+  trace.name = "rl";
+  trace.streams = {StreamId{0}};
+  trace.tags.push_back("weights");
+  trace.events = {TraceEvent::tagged_alloc(0, 8 * MiB, 0, 1), TraceEvent::pause(1, true),
+                  TraceEvent::alloc(1, 8 * MiB, 0), TraceEvent::free(1, 8 * MiB, 0), TraceEvent::resume(1),
+                  TraceEvent::free(0, 8 * MiB, 0)};
+  trace.block_count = 2;
+  std::vector<ReplayResult> results;
+  for (const char* allocator : {"tessera", "expandable"}) {
+    ReplayOptions options;
+    options.allocator = allocator;
+    auto replayed = replay(trace, options);
+    ASSERT_TRUE(replayed.ok()) << describe(replayed.error());
+    results.push_back(*replayed);
+  }
+  ASSERT_EQ(results[0].pauses, 1u);
+  const std::string html = format_html_report(results);
+  const auto table = html.find("<h2>Pause and resume</h2>");
+  ASSERT_NE(table, std::string::npos);
+  EXPECT_NE(html.find(fmt::format("<td>{}</td><td>{:.3f}</td>", results[0].pause_driver_calls.total_calls(),
+                                  static_cast<double>(results[0].pause_time_ns) / 1e6),
+                      table),
+            std::string::npos);
+  EXPECT_NE(html.find("cannot pause: its tagged memory stayed", table), std::string::npos) << "expandable's row";
 }
 
 }  // namespace
