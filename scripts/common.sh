@@ -12,6 +12,7 @@ TESSERA_PACKAGES=(
   libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libboost-dev
   chromium
   libtorch-dev python3-torch  # PyTorch on Tessera: torch_cpu/ and tests/python (docs/pytorch.md)
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install . offline (pyproject.toml, setup.py)
 )
 
 tessera_install_packages() {

@@ -2,7 +2,7 @@
 
 Where it looks, first found wins:
   1. the TESSERA_LIBRARY environment variable (the path of libtessera_c.so);
-  2. next to this package (a copy installed beside it);
+  2. inside this package (where `pip install .` puts it, setup.py);
   3. the build trees of the repository this package sits in: build/src/capi, then any build*/src/capi, newest first;
   4. the dynamic loader's search path (an installed libtessera_c.so, e.g. after `cmake --install`).
 """
