@@ -47,7 +47,8 @@ std::string trace_summary(const TraceGroup& group, bool with_min_capacity) {
                               tessera->oom_event.value_or(0));
   }
   line += fmt::format("Tessera needs <b>{}</b>", format_bytes(*needed));
-  if (tessera->peak_allocated > 0) {
+  // Paused blocks stay live but hold no device memory: against the peak of live bytes the ratio would flatter.
+  if (tessera->peak_allocated > 0 && tessera->pauses == 0) {
     line += fmt::format(" ({:.4f} &times; the live bytes at peak)",
                         static_cast<double>(*needed) / static_cast<double>(tessera->peak_allocated));
   }
