@@ -22,15 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 # torch_npu's memory_stats() keys that Tessera fills (the rest of DeviceStats is 0: docs/pytorch.md).
+POOLS = ("all", "small_pool", "large_pool")
 COMPARED = [f"{name}.{pool}.{field}" for name in ("allocation", "allocated_bytes", "requested_bytes", "active",
-                                                  "active_bytes")
-            for pool in ("all", "small_pool", "large_pool") for field in ("current", "peak", "allocated", "freed")]
-COMPARED += [f"{name}.all.{field}" for name in ("segment", "reserved_bytes")
-             for field in ("current", "peak", "allocated", "freed")]
+                                                  "active_bytes", "segment", "reserved_bytes")
+            for pool in POOLS for field in ("current", "peak", "allocated", "freed")]
+COMPARED += [f"{name}.{pool}.current" for name in ("inactive_split", "inactive_split_bytes") for pool in POOLS]
 COMPARED += ["num_alloc_retries", "num_ooms"]
-# Tessera's key for each torch_npu key where the names differ (active is allocation in Tessera's terms).
-TESSERA_KEY = {key: key.replace("active_bytes.", "allocated_bytes.").replace("active.", "allocation.")
-               for key in COMPARED}
+# Tessera's key for each torch_npu key: the same names.
+TESSERA_KEY = {key: key for key in COMPARED}
 
 
 class Checks:

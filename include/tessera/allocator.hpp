@@ -5,6 +5,7 @@
 // close to the bytes that are live. docs/allocator.md walks one allocation through every layer.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -97,6 +98,19 @@ struct TagStats {
   Bytes backup_bytes = 0;     // host memory holding their contents
 };
 
+// One pool's memory now, read from the allocator's state: what PyTorch's memory_stats() calls
+// reserved_bytes.<pool>, segment.<pool>, inactive_split_bytes.<pool> and inactive_split.<pool>, in Tessera's
+// terms (docs/pytorch.md, "Statistics", says where they differ from PyTorch's).
+struct PoolStats {
+  Bytes mapped_bytes = 0;        // pages mapped under the pool's segments (not a shared block's slivers)
+  std::uint64_t segments = 0;    // segments (snapshot.hpp: a region, or a shared block's range) holding any
+  // Free bytes in mapped granules that a block in use (live, lent, or freed and waiting for events) also
+  // touches: cached memory that cannot go back to the device while that block lives. And the free blocks
+  // holding any.
+  Bytes inactive_split_bytes = 0;
+  std::uint64_t inactive_split = 0;
+};
+
 // Tessera's own statistics beside PyTorch's.
 struct TesseraStats {
   AllocatorStats common;
@@ -124,6 +138,8 @@ struct TesseraStats {
   std::uint64_t resumes = 0;
   // Every tag this allocator has allocated under, in the order first used.
   std::vector<TagStats> tags;
+  // By MemoryPool (small, large); pooled pages belong to neither.
+  std::array<PoolStats, 2> pools{};
 };
 
 class TesseraAllocator : public DeviceAllocator {

@@ -10,7 +10,10 @@ libtessera_c.so (ctypes, no build step). Pure Python; PyTorch is needed only by 
     tessera.dump_snapshot("snapshot.pickle")  # open it in https://pytorch.org/memory_viz
 
 These are what torch.cuda.memory_stats(), memory_summary() and _dump_snapshot() refuse to give for a pluggable
-allocator. docs/pytorch.md is the guide.
+allocator; PyTorch's own functions of those names answer with Tessera's figures after
+tessera.torch.enable(..., patch_torch=True), and the same functions with PyTorch's signatures are here too
+(memory_allocated(), max_memory_reserved(), _snapshot(), _record_memory_history(), _dump_snapshot(), ...: see
+tessera.torch_views). docs/pytorch.md is the guide.
 """
 
 import json
@@ -30,6 +33,10 @@ __all__ = [
     "has_allocator",
     "last_error",
     "library_path",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
     "memory_stats",
     "memory_summary",
     "pause",
@@ -108,27 +115,28 @@ def library_path():
     return _lib.path()
 
 
-def memory_stats(device=0):
+def memory_stats(device=None):
     """A dict with PyTorch's memory_stats() keys ("allocated_bytes.all.current", "reserved_bytes.all.peak",
     "allocation.all.allocated", "num_ooms", ...) and Tessera's own under "tessera." ("tessera.driver",
-    "tessera.stitches", ...). All zero before the device's first allocation."""
+    "tessera.stitches", ...). All zero before the device's first allocation. device None: device 0."""
     text = library().tessera_memory_stats_json(_device_index(device, "memory_stats"))
     if text is None:
         fail("tessera_memory_stats_json")
     return json.loads(text)
 
 
-def memory_summary(device=0):
-    """A text table of the statistics, like torch.cuda.memory_summary()."""
+def memory_summary(device=None, abbreviated=False):
+    """A text table of the statistics, like torch.cuda.memory_summary() (device None: device 0). Tessera's
+    table has one size: `abbreviated` changes nothing."""
     text = library().tessera_memory_summary(_device_index(device, "memory_summary"))
     if text is None:
         fail("tessera_memory_summary")
     return text.decode()
 
 
-def reset_peak_memory_stats(device=0):
-    """Every peak of memory_stats() ("*.peak": bytes and counts, allocated, requested, reserved) starts again
-    from the current value, as torch.cuda.reset_peak_memory_stats."""
+def reset_peak_memory_stats(device=None):
+    """Every peak of memory_stats() ("*.peak": bytes and counts of every pool) starts again from the current
+    value, as torch.cuda.reset_peak_memory_stats (device None: device 0)."""
     if library().tessera_reset_peak_memory_stats(_device_index(device, "reset_peak_memory_stats")) != 0:
         fail("tessera_reset_peak_memory_stats")
 
@@ -164,3 +172,15 @@ def dump_snapshot(path, device=0):
     has no allocator yet."""
     if library().tessera_dump_snapshot(encode(str(path)), _device_index(device, "dump_snapshot")) != 0:
         fail("tessera_dump_snapshot")
+
+
+# PyTorch's functions of the same names, with its signatures (after the functions above, which they call).
+from tessera.torch_views import (  # noqa: E402
+    _dump_snapshot,
+    _record_memory_history,
+    _snapshot,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+)

@@ -6,7 +6,8 @@
                                    # hardware and against torch_npu itself)
     tessera.torch.enable("cpu")    # libtorch's CPU allocator, through libtessera_torch_cpu.so (host driver)
 
-Then tessera.memory_stats(), memory_summary(), record_memory_history() and dump_snapshot() report on it.
+Then tessera.memory_stats(), memory_summary(), record_memory_history() and dump_snapshot() report on it; with
+patch_torch=True PyTorch's own torch.cuda.memory_stats(), max_memory_reserved(), ... do too (tessera.torch_views).
 docs/pytorch.md is the guide, with the known limits.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tessera import _lib, pytorch_conf
+from tessera import _lib, pytorch_conf, torch_views
 from tessera._lib import TesseraError
 
 __all__ = ["enable", "enabled"]
@@ -31,7 +32,7 @@ def enabled(device="cuda"):
     return _device_type(device) in _enabled
 
 
-def enable(device="cuda", conf=None, driver=None):
+def enable(device="cuda", conf=None, driver=None, patch_torch=False):
     """Makes Tessera the allocator of `device` ("cuda", "npu" or "cpu") in this process.
 
     conf: the allocator's configuration, `key:value,...` as in TESSERA_ALLOC_CONF (None: that variable). On cuda
@@ -39,6 +40,10 @@ def enable(device="cuda", conf=None, driver=None):
           too: the keys that mean the same in Tessera are honoured, the others ignored, and a warning says once
           which (tessera/pytorch_conf.py).
     driver: forces the driver ("cuda", "ascend", "host", "sim"; None: TESSERA_DRIVER, else the device's own).
+    patch_torch: also make PyTorch's own memory functions (torch.cuda.memory_stats(), max_memory_reserved(),
+          memory_summary(), memory._snapshot(), ...; torch_npu's on npu; torch.cuda's on cpu, which then need no
+          CUDA) answer with Tessera's figures: tessera.torch_views.patch(device). False leaves them as they are;
+          tessera.torch_views.unpatch() restores PyTorch's.
 
     On cuda and npu it must come before PyTorch's first allocation on the device: PyTorch cannot swap an
     allocator that has served memory, and enable() raises TesseraError saying so. On cpu, tensors allocated
@@ -54,15 +59,15 @@ def enable(device="cuda", conf=None, driver=None):
     conf = _with_pytorch_conf(kind, conf)
     if kind in _enabled:
         _enable_again(kind, conf, driver)
-        return _enabled[kind]
-    if kind == "cuda":
-        allocator = _enable_cuda(conf, driver)
+    elif kind == "cuda":
+        _enabled[kind] = _enable_cuda(conf, driver)
     elif kind == "npu":
-        allocator = _enable_npu(conf, driver)
+        _enabled[kind] = _enable_npu(conf, driver)
     else:
-        allocator = _enable_cpu(conf, driver)
-    _enabled[kind] = allocator
-    return allocator
+        _enabled[kind] = _enable_cpu(conf, driver)
+    if patch_torch:
+        torch_views.patch(kind)
+    return _enabled[kind]
 
 
 def _with_pytorch_conf(kind, conf):

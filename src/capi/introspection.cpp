@@ -83,17 +83,43 @@ void put_counter(nlohmann::json& json, const std::string& prefix, const Counter&
   json[prefix + ".freed"] = counter.freed;
 }
 
+// inactive_split* of the small pool, the large pool and both: read from the allocator's state now, so the
+// current value only (a peak would need the figure after every change, and it changes at most of them).
+PoolStats inactive_split_of(const DeviceReport& report, std::size_t pool_index) {
+  const auto& pools = report.stats.pools;
+  if (pool_index < pools.size()) return pools[pool_index];
+  PoolStats both;
+  for (const PoolStats& pool : pools) {
+    both.inactive_split_bytes += pool.inactive_split_bytes;
+    both.inactive_split += pool.inactive_split;
+  }
+  return both;
+}
+
 std::string stats_json(const DeviceReport& report) {
   nlohmann::json json = nlohmann::json::object();
-  const std::array<std::pair<const char*, const PoolUsage*>, 3> pools{
-      {{"all", &report.usage.all}, {"small_pool", &report.usage.small_pool}, {"large_pool", &report.usage.large_pool}}};
-  for (const auto& [name, pool] : pools) {
-    put_counter(json, fmt::format("allocation.{}", name), pool->allocation);
-    put_counter(json, fmt::format("allocated_bytes.{}", name), pool->allocated_bytes);
-    put_counter(json, fmt::format("requested_bytes.{}", name), pool->requested_bytes);
+  struct Pool {
+    const char* name;
+    const PoolUsage* usage;
+    std::size_t index;  // in TesseraStats::pools; 2: both
+  };
+  const std::array<Pool, 3> pools{{{"all", &report.usage.all, 2},
+                                   {"small_pool", &report.usage.small_pool, static_cast<std::size_t>(MemoryPool::small)},
+                                   {"large_pool", &report.usage.large_pool, static_cast<std::size_t>(MemoryPool::large)}}};
+  for (const Pool& pool : pools) {
+    put_counter(json, fmt::format("allocation.{}", pool.name), pool.usage->allocation);
+    put_counter(json, fmt::format("allocated_bytes.{}", pool.name), pool.usage->allocated_bytes);
+    put_counter(json, fmt::format("requested_bytes.{}", pool.name), pool.usage->requested_bytes);
+    put_counter(json, fmt::format("active.{}", pool.name), pool.usage->active);
+    put_counter(json, fmt::format("active_bytes.{}", pool.name), pool.usage->active_bytes);
+    put_counter(json, fmt::format("segment.{}", pool.name), pool.usage->segment);
+    // Pooled pages belong to no pool: the aggregate is every page held, the pools what their segments map.
+    put_counter(json, fmt::format("reserved_bytes.{}", pool.name),
+                pool.index == 2 ? report.usage.reserved_bytes : pool.usage->mapped_bytes);
+    const PoolStats split = inactive_split_of(report, pool.index);
+    json[fmt::format("inactive_split_bytes.{}.current", pool.name)] = split.inactive_split_bytes;
+    json[fmt::format("inactive_split.{}.current", pool.name)] = split.inactive_split;
   }
-  put_counter(json, "reserved_bytes.all", report.usage.reserved_bytes);
-  put_counter(json, "segment.all", report.usage.segment);
   const AllocatorStats& common = report.stats.common;
   json["num_alloc_retries"] = common.num_alloc_retries;
   json["num_ooms"] = common.num_ooms;
@@ -166,21 +192,29 @@ std::string summary(int index, const DeviceReport& report) {
   row("Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
   text += rule;
   const Usage& usage = report.usage;
-  bytes_row("Allocated memory", usage.all.allocated_bytes);
-  bytes_row("      from large pool", usage.large_pool.allocated_bytes);
-  bytes_row("      from small pool", usage.small_pool.allocated_bytes);
+  auto pools_rows = [&](auto&& print, std::string_view metric, Counter PoolUsage::*measure) {
+    print(metric, usage.all.*measure);
+    print("      from large pool", usage.large_pool.*measure);
+    print("      from small pool", usage.small_pool.*measure);
+  };
+  pools_rows(bytes_row, "Allocated memory", &PoolUsage::allocated_bytes);
+  pools_rows(bytes_row, "Active memory", &PoolUsage::active_bytes);
   bytes_row("Requested memory", usage.all.requested_bytes);
   text += rule;
-  count_row("Allocations", usage.all.allocation);
-  count_row("      from large pool", usage.large_pool.allocation);
-  count_row("      from small pool", usage.small_pool.allocation);
+  pools_rows(count_row, "Allocations", &PoolUsage::allocation);
+  pools_rows(count_row, "Active allocs", &PoolUsage::active);
   text += rule;
-  const AllocatorStats& common = report.stats.common;
-  row("Reserved memory", format_size(common.reserved_bytes), format_size(usage.reserved_bytes.peak), "", "");
-  row("      mapped", format_size(report.stats.mapped_bytes), "", "", "");
+  bytes_row("Reserved memory", usage.reserved_bytes);  // the pools' rows: mapped under their segments
+  bytes_row("      from large pool", usage.large_pool.mapped_bytes);
+  bytes_row("      from small pool", usage.small_pool.mapped_bytes);
   row("      pooled (unmapped)", format_size(report.stats.pooled_bytes), "", "", "");
   row("      cached (unused)", format_size(report.stats.cached_bytes), "", "", "");
+  const PoolStats split = inactive_split_of(report, 2);
+  row("Non-releasable memory", format_size(split.inactive_split_bytes), "", "", "");
+  pools_rows(count_row, "Segments", &PoolUsage::segment);
+  row("Non-releasable blocks", std::to_string(split.inactive_split), "", "", "");
   text += rule;
+  const AllocatorStats& common = report.stats.common;
   line(fmt::format("Capacity: {}   Pages created: {}   released: {}", format_size(report.capacity),
                    common.num_device_alloc, common.num_device_free));
   line(fmt::format("Pages mapped: {}   unmapped: {}   stitches: {} ({} pages)   reclaimed: {}",

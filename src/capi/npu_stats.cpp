@@ -56,20 +56,29 @@ void put(tessera_npu_stat (&out)[3], const Usage& usage, Counter PoolUsage::*mea
 
 tessera_npu_device_stats device_stats(const Device& device) {
   const Usage usage = device.usage.usage();
-  const AllocatorStats common = device.allocator->tessera_stats().common;
+  const TesseraStats stats = device.allocator->tessera_stats();
   tessera_npu_device_stats out{};
   put(out.allocation, usage, &PoolUsage::allocation);
   put(out.allocated_bytes, usage, &PoolUsage::allocated_bytes);
   put(out.requested_bytes, usage, &PoolUsage::requested_bytes);
-  // Tessera frees a block at the caller's free (its reuse may still wait on events): active is allocated.
-  put(out.active, usage, &PoolUsage::allocation);
-  put(out.active_bytes, usage, &PoolUsage::allocated_bytes);
-  // Pages serve both pools: the aggregate only, the pool entries stay 0.
-  out.segment[TESSERA_NPU_STAT_AGGREGATE] = to_stat(usage.segment);
+  put(out.active, usage, &PoolUsage::active);
+  put(out.active_bytes, usage, &PoolUsage::active_bytes);
+  put(out.segment, usage, &PoolUsage::segment);
+  // The pools' entries are what their segments map; the aggregate every page held, pooled ones too.
+  put(out.reserved_bytes, usage, &PoolUsage::mapped_bytes);
   out.reserved_bytes[TESSERA_NPU_STAT_AGGREGATE] = to_stat(usage.reserved_bytes);
-  out.num_alloc_retries = static_cast<std::int64_t>(common.num_alloc_retries);
-  out.num_ooms = static_cast<std::int64_t>(common.num_ooms);
-  // inactive_split*, oversize_* and max_split_size have no meaning in Tessera: 0.
+  // Read from the allocator's state: the current value only, the others 0 (docs/pytorch.md says why).
+  for (const MemoryPool pool : {MemoryPool::small, MemoryPool::large}) {
+    const PoolStats& figures = stats.pools[static_cast<std::size_t>(pool)];
+    const int index = pool == MemoryPool::small ? TESSERA_NPU_STAT_SMALL_POOL : TESSERA_NPU_STAT_LARGE_POOL;
+    for (const int at : {index, static_cast<int>(TESSERA_NPU_STAT_AGGREGATE)}) {
+      out.inactive_split[at].current += static_cast<std::int64_t>(figures.inactive_split);
+      out.inactive_split_bytes[at].current += static_cast<std::int64_t>(figures.inactive_split_bytes);
+    }
+  }
+  out.num_alloc_retries = static_cast<std::int64_t>(stats.common.num_alloc_retries);
+  out.num_ooms = static_cast<std::int64_t>(stats.common.num_ooms);
+  // oversize_* and max_split_size have no meaning in Tessera (no max_split_size): 0.
   return out;
 }
 

@@ -176,9 +176,8 @@ Result<Device*> create_device(int index, Platform platform) {
   if (!allocator) return std::move(allocator).error();
   device->allocator = std::move(*allocator);
   device->allocator->add_observer(device->usage);
-  // Pages made before the counter listened (none today): its reserved figures start from the allocator's.
-  const AllocatorStats held = device->allocator->tessera_stats().common;
-  device->usage.start_from(held.num_device_alloc - held.num_device_free, held.reserved_bytes);
+  // Pages made before the counter listened (none today): its reserved figure starts from the allocator's.
+  device->usage.start_from(device->allocator->tessera_stats().common.reserved_bytes);
   if (history_entries > 0) device->allocator->record_history(history_entries);
   chosen_driver = *name;
   Device* created = device.release();  // never destroyed: see registry.hpp

@@ -1,8 +1,9 @@
 // Counts of blocks and bytes per pool, in PyTorch's memory_stats() terms (allocation.*, allocated_bytes.*,
-// requested_bytes.* with current, peak, allocated and freed), and the pages held from the device (segment.all.*,
-// reserved_bytes.all.*), computed from the allocator's observer callbacks. The allocator's own stats() has the
-// "all" current and peak bytes; this adds the counts, the per-pool split, the cumulative totals that PyTorch
-// reports too, and peaks that reset_peaks() starts again (the allocator's own never reset).
+// requested_bytes.*, active.*, active_bytes.*, segment.*, reserved_bytes.* with current, peak, allocated and
+// freed), computed from the allocator's observer callbacks. The allocator's own stats() has the "all" current
+// and peak bytes; this adds the counts, the per-pool split, the cumulative totals that PyTorch reports too,
+// and peaks that reset_peaks() starts again (the allocator's own never reset). docs/pytorch.md, "Statistics",
+// defines each.
 #pragma once
 
 #include <array>
@@ -23,31 +24,40 @@ struct Counter {
   void add(std::uint64_t amount);
   void remove(std::uint64_t amount);
   void reset_peak() { peak = current; }
+  // Moves the current value to `value`, counting the difference as added or removed.
+  void set(std::uint64_t value);
 };
 
-// One pool's counters: blocks, rounded bytes, requested bytes.
+// One pool's counters.
 struct PoolUsage {
-  Counter allocation;
-  Counter allocated_bytes;
-  Counter requested_bytes;
+  Counter allocation;       // live blocks
+  Counter allocated_bytes;  // their rounded bytes
+  Counter requested_bytes;  // their requested bytes
+  Counter active;           // live blocks and freed ones whose reuse waits for events
+  Counter active_bytes;     // their rounded bytes
+  Counter segment;          // segments holding any mapped page
+  Counter mapped_bytes;     // the bytes of those pages: reserved_bytes.<pool>
 };
 
 struct Usage {
   PoolUsage all;
   PoolUsage small_pool;
   PoolUsage large_pool;
-  Counter segment;         // pages held from the device (pages are not split by pool)
-  Counter reserved_bytes;  // their bytes
+  // Every page held from the device, mapped or pooled (pooled pages belong to no pool): reserved_bytes.all.
+  Counter reserved_bytes;
 };
 
 class UsageCounter final : public AllocatorObserver, private detail::ForkMember {
  public:
   void block_allocated(const BlockEvent& event) override;
   void block_freed(const BlockEvent& event) override;
+  void free_completed(const BlockEvent& event) override;
   void pages_created(std::uint64_t count, Bytes bytes) override;
   void pages_released(std::uint64_t count, Bytes bytes) override;
-  // The pages the allocator held before this counter was added as its observer.
-  void start_from(std::uint64_t pages, Bytes bytes);
+  void pool_held(MemoryPool pool, Bytes mapped_bytes, std::uint64_t segments) override;
+  // The bytes of the pages the allocator held before this counter was added as its observer (the pools'
+  // figures start from an allocator that holds none).
+  void start_from(Bytes bytes);
   void reset_peaks();
   Usage usage() const;
 

@@ -25,6 +25,42 @@ Bytes idle_mapped_bytes(const Placement& placement, Bytes granule) {
   return idle;
 }
 
+// Whether a block other than `block` that is in use (live, lent, or waiting for events) touches `slot`.
+// Free neighbours are merged, so each loop looks at one or two blocks.
+bool other_in_use_touches(const Block& block, const Region& region, std::size_t slot, Bytes granule) {
+  const Address start = region.slot_address(slot, granule);
+  for (const Block* other = block.previous; other != nullptr && other->end() > start; other = other->previous) {
+    if (!other->is_free()) return true;
+  }
+  for (const Block* other = block.next; other != nullptr && other->address < start + granule; other = other->next) {
+    if (!other->is_free()) return true;
+  }
+  return false;
+}
+
+// PyTorch's inactive_split in Tessera's terms: the bytes of free blocks in mapped granules that a block in
+// use also touches, and the free blocks that hold any. Only a free block's first and last granule can hold
+// another block; the granules between are wholly its own.
+void add_inactive_split(const Arena& arena, PoolStats& pool) {
+  const Bytes granule = arena.granule();
+  for (const Region& region : arena.regions()) {
+    for (const Block* block = region.first_block; block != nullptr; block = block->next) {
+      if (!block->is_free()) continue;
+      // The block's bytes in the granule at `slot` when that granule counts, else 0.
+      auto split_in = [&](std::size_t slot) -> Bytes {
+        if (!region.is_mapped(slot) || !other_in_use_touches(*block, region, slot, granule)) return 0;
+        const Address start = region.slot_address(slot, granule);
+        return std::min(block->end(), start + granule) - std::max(block->address, start);
+      };
+      const std::size_t first = arena.slot_of(region, block->address);
+      const std::size_t last = arena.slot_of(region, block->end() - 1);
+      const Bytes split = split_in(first) + (last != first ? split_in(last) : 0);
+      pool.inactive_split_bytes += split;
+      pool.inactive_split += split > 0 ? 1 : 0;
+    }
+  }
+}
+
 }  // namespace
 
 AllocatorStats TesseraAllocatorImpl::stats() const {
@@ -39,7 +75,38 @@ TesseraStats TesseraAllocatorImpl::tessera_stats() const {
   for (const auto& placement : placements_) stats.cached_bytes += idle_mapped_bytes(*placement, granule_);
   stats.tags = tag_stats();
   stats.backup_cache_bytes = backup_cache_.bytes();
+  for (const MemoryPool pool : {MemoryPool::small, MemoryPool::large}) {
+    PoolStats& figures = stats.pools[static_cast<std::size_t>(pool)];
+    const PoolHeld held = held_by(pool);
+    figures.mapped_bytes = held.mapped_bytes;
+    figures.segments = held.segments;
+  }
+  for (const auto& placement : placements_) {
+    add_inactive_split(placement->arena(), stats.pools[static_cast<std::size_t>(placement->arena().pool())]);
+  }
   return stats;
+}
+
+// A shared block's segment counts its own pages: the slivers' granules are its home segment's.
+PoolHeld TesseraAllocatorImpl::held_by(MemoryPool pool) const {
+  PoolHeld held;
+  for (const auto& placement : placements_) {
+    if (placement->arena().pool() != pool) continue;
+    for (const Region& region : placement->arena().regions()) {
+      held.mapped_bytes += region.mapped * granule_;
+      held.segments += region.mapped > 0 ? 1 : 0;
+    }
+  }
+  for (const auto& shared : shared_) {
+    if (shared->pool != pool) continue;
+    Bytes own = 0;
+    for (const SharedMapping& mapping : shared->mappings) {
+      own += mapping.mapped && !mapping.is_sliver() ? mapping.page.granules * granule_ : 0;
+    }
+    held.mapped_bytes += own;
+    held.segments += own > 0 ? 1 : 0;
+  }
+  return held;
 }
 
 std::vector<TagStats> TesseraAllocatorImpl::tag_stats() const {

@@ -3,6 +3,8 @@
 // never counted by hand at the place of the change.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <vector>
 
 #include "core/history_recorder.hpp"
@@ -11,26 +13,71 @@
 
 namespace tessera::core {
 
+// What the segments of one pool hold (AllocatorObserver::pool_held).
+struct PoolHeld {
+  Bytes mapped_bytes = 0;
+  std::uint64_t segments = 0;  // segments with any page mapped
+
+  bool operator==(const PoolHeld&) const = default;
+};
+
+// The allocator's answer to "what does this pool hold now", read from its regions. Events cannot carry it:
+// the mapper maps slots of regions, and a region does not know its pool.
+class PoolProbe {
+ public:
+  virtual ~PoolProbe() = default;
+  virtual PoolHeld held_by(MemoryPool pool) const = 0;
+};
+
 class Observers {
  public:
   template <class Notify>
   void notify(Notify&& call) {
     call(stats_);
     call(history_);
+    call(pool_watch_);
     for (AllocatorObserver* observer : added_) call(*observer);
+    if (pool_watch_.moved) tell_pools();
   }
 
   // Not owned: it must outlive the allocator's use of it.
   void add(AllocatorObserver& observer) { added_.push_back(&observer); }
+  // Not owned: the allocator, which outlives its observers' use.
+  void set_pool_probe(const PoolProbe& probe) { probe_ = &probe; }
 
   const StatsObserver& stats() const noexcept { return stats_; }
   HistoryRecorder& history() noexcept { return history_; }
   const HistoryRecorder& history() const noexcept { return history_; }
 
  private:
+  // Notes the events after which a pool may hold something else: pages mapped or unmapped, and a shared
+  // block built (its pages are mapped before it joins the allocator's list of shared blocks).
+  struct PoolWatch final : AllocatorObserver {
+    void pages_mapped(std::uint64_t, Bytes) override { moved = true; }
+    void pages_unmapped(std::uint64_t, Bytes) override { moved = true; }
+    void shared(std::uint64_t) override { moved = true; }
+    bool moved = false;
+  };
+
+  // Tells every observer pool_held for each pool whose figures changed since they were last told.
+  void tell_pools() {
+    pool_watch_.moved = false;
+    if (probe_ == nullptr) return;
+    for (const MemoryPool pool : {MemoryPool::small, MemoryPool::large}) {
+      const PoolHeld now = probe_->held_by(pool);
+      PoolHeld& told = told_[static_cast<std::size_t>(pool)];
+      if (now == told) continue;
+      told = now;
+      notify([&](AllocatorObserver& observer) { observer.pool_held(pool, now.mapped_bytes, now.segments); });
+    }
+  }
+
   StatsObserver stats_;
   HistoryRecorder history_;
+  PoolWatch pool_watch_;
   std::vector<AllocatorObserver*> added_;
+  const PoolProbe* probe_ = nullptr;
+  std::array<PoolHeld, 2> told_{};  // by MemoryPool
 };
 
 }  // namespace tessera::core

@@ -225,10 +225,11 @@ Result<void> TesseraAllocatorImpl::free_shared(Block* block) {
   if (!events) return std::move(events).error();  // the block stays live: the caller may free it again
   pending.events = std::move(*events);
   if (extra != extra_streams_.end()) extra_streams_.erase(extra);
-  const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool};
+  const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool, true};
   live_.erase(block->address);
   block->live = false;
   block->pending = true;
+  pending.freed = event;
   pending_.push_back(std::move(pending));
   notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
   return {};

@@ -45,7 +45,9 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
                                                                              page_max_granules_, 1u << 24))
                               : page_max_granules_),
       limit_(mapper_.capacity() / granule_ * granule_),
-      share_slivers_(can_share_slivers()) {}
+      share_slivers_(can_share_slivers()) {
+  observers_.set_pool_probe(*this);
+}
 
 TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   std::lock_guard lock(mutex_);
@@ -139,7 +141,7 @@ Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
   if (paused_tags_ > 0 && is_paused(block)) return free_paused(block);
   Arena* arena = block->arena;
   if (arena == nullptr) return free_shared(block);
-  const BlockEvent event = block_event(*arena, *block);
+  BlockEvent event = block_event(*arena, *block);
   auto extra = extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(block);
   if (extra == extra_streams_.end()) {
     live_.erase_slot(slot);
@@ -153,7 +155,8 @@ Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
   extra_streams_.erase(extra);
   live_.erase(address);
   Placement::mark_pending(block);
-  pending_.push_back({arena, block, std::move(*events)});
+  event.pending = true;
+  pending_.push_back({arena, block, std::move(*events), event});
   notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
   return {};
 }
@@ -332,6 +335,7 @@ Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
     } else {
       placement_of(*pending.arena).give_back(pending.block, ++clock_);
     }
+    if (pending.freed) notify([&](AllocatorObserver& observer) { observer.free_completed(*pending.freed); });
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();
   }

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -29,7 +30,7 @@
 
 namespace tessera::core {
 
-class TesseraAllocatorImpl final : public TesseraAllocator, private detail::ForkMember {
+class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, private detail::ForkMember {
  public:
   TesseraAllocatorImpl(Driver& driver, const AllocatorConfig& config);
   ~TesseraAllocatorImpl() override;
@@ -63,6 +64,9 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
     Arena* arena;
     Block* block;
     std::vector<EventId> events;
+    // The caller's free, told to the observers again (free_completed) when the block leaves the list; none for
+    // a block that waits only for a driver call to be tried again.
+    std::optional<BlockEvent> freed = std::nullopt;
   };
 
   // A sliver: the free bytes from `at` to the end (a head) or from the start (a tail) of a mapped slot.
@@ -196,6 +200,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   void visit_live_blocks(TagId tag, Visit&& visit);
 
   // allocator_inspection.cpp
+  PoolHeld held_by(MemoryPool pool) const override;  // PoolProbe: under the lock, as every notify is
   AllocatorSnapshot snapshot_locked() const;
   std::vector<TagStats> tag_stats() const;
   std::optional<std::string> check_tags() const;

@@ -346,8 +346,70 @@ TEST(CApiHost, StatsJsonHasPyTorchsKeysAndAgreesWithTheStruct) {
     EXPECT_TRUE(contains(summary, "device 0, host driver")) << summary;
     EXPECT_TRUE(contains(summary, "Allocated memory")) << summary;
     EXPECT_TRUE(contains(summary, "Reserved memory")) << summary;
+    EXPECT_TRUE(contains(summary, "Non-releasable memory")) << summary;
     tessera_free(small, 1000, 0, nullptr);
     tessera_free(large, 3 << 20, 0, nullptr);
+  });
+}
+
+// active*, segment*, the pools of reserved_bytes and inactive_split*.current (docs/pytorch.md, "Statistics"),
+// worked out by hand on the host driver's 2 MiB granules: one small block at the start of the small pool's
+// region, one large block of a granule and a half at the top of the large pool's (it grows down).
+TEST(CApiHost, StatsJsonHasTheActiveSegmentAndInactiveSplitFigures) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    constexpr std::uint64_t granule = 2 << 20;
+    void* small = tessera_alloc(1000, 0, nullptr);
+    void* large = tessera_alloc(3 << 20, 0, nullptr);
+    void* waits = tessera_alloc(4096, 0, nullptr);
+    ASSERT_TRUE(small && large && waits) << last_error();
+    // Used on another stream too: its free waits for an event there, so it stays active until processed.
+    tessera_record_stream(waits, reinterpret_cast<void*>(5));
+    tessera_free(waits, 4096, 0, nullptr);
+    Json json = stats_json(0);
+    EXPECT_EQ(json["allocation.all.current"], 2);
+    EXPECT_EQ(json["active.all.current"], 3);
+    EXPECT_EQ(json["active.small_pool.current"], 2);
+    EXPECT_EQ(json["active_bytes.all.current"], json["allocated_bytes.all.current"].get<std::uint64_t>() + 4096);
+    EXPECT_EQ(json["segment.small_pool.current"], 1);
+    EXPECT_EQ(json["segment.large_pool.current"], 1);
+    EXPECT_EQ(json["segment.all.current"], 2);
+    EXPECT_EQ(json["segment.all.peak"], 2);
+    EXPECT_EQ(json["reserved_bytes.small_pool.current"], granule);
+    EXPECT_EQ(json["reserved_bytes.large_pool.current"], 2 * granule);
+    EXPECT_EQ(json["reserved_bytes.all.current"], json["reserved_bytes.small_pool.current"].get<std::uint64_t>() +
+                                                      json["reserved_bytes.large_pool.current"].get<std::uint64_t>() +
+                                                      json["tessera.pooled_bytes"].get<std::uint64_t>());
+    // The small granule: the 1 KiB block, the waiting 4 KiB one, and the free rest after them.
+    EXPECT_EQ(json["inactive_split_bytes.small_pool.current"], granule - 1024 - 4096);
+    EXPECT_EQ(json["inactive_split.small_pool.current"], 1);
+    // The large block's lower granule: its upper half is the block's, the lower half free.
+    EXPECT_EQ(json["inactive_split_bytes.large_pool.current"], granule / 2);
+    EXPECT_EQ(json["inactive_split_bytes.all.current"], 3 * granule / 2 - 1024 - 4096);
+    EXPECT_EQ(json["inactive_split.all.current"], 2);
+    EXPECT_FALSE(json.contains("inactive_split_bytes.all.peak")) << "read from the state: current only";
+
+    void* next = tessera_alloc(1000, 0, nullptr);  // processes the completed free first
+    ASSERT_NE(next, nullptr) << last_error();
+    json = stats_json(0);
+    EXPECT_EQ(json["active.all.current"], 3);
+    EXPECT_EQ(json["active.all.freed"], 1);
+    EXPECT_EQ(json["active.all.peak"], 3);
+    EXPECT_EQ(json["active_bytes.all.current"], json["allocated_bytes.all.current"]);
+    tessera_free(large, 3 << 20, 0, nullptr);
+    tessera_empty_cache();
+    json = stats_json(0);
+    EXPECT_EQ(json["segment.large_pool.current"], 0);
+    EXPECT_EQ(json["segment.large_pool.freed"], 1);
+    EXPECT_EQ(json["reserved_bytes.large_pool.current"], 0);
+    EXPECT_EQ(json["reserved_bytes.large_pool.peak"], 2 * granule);
+    EXPECT_EQ(json["reserved_bytes.all.current"], granule);
+    EXPECT_EQ(tessera_reset_peak_memory_stats(0), 0) << last_error();
+    json = stats_json(0);
+    for (const char* key : {"active.all", "active_bytes.small_pool", "segment.all", "reserved_bytes.large_pool"}) {
+      EXPECT_EQ(json[std::string(key) + ".peak"], json[std::string(key) + ".current"]) << key;
+    }
+    tessera_free(small, 1000, 0, nullptr);
+    tessera_free(next, 1000, 0, nullptr);
   });
 }
 
@@ -724,10 +786,19 @@ TEST(CApiFakeAscend, TorchNpusStatisticsHooksReportTheAllocatorsFigures) {
     EXPECT_EQ(stats.requested_bytes[TESSERA_NPU_STAT_AGGREGATE].current, static_cast<std::int64_t>(big + small));
     EXPECT_EQ(stats.allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].current, static_cast<std::int64_t>(own.allocated_bytes));
     EXPECT_EQ(stats.reserved_bytes[TESSERA_NPU_STAT_AGGREGATE].current, static_cast<std::int64_t>(own.reserved_bytes));
-    EXPECT_EQ(stats.segment[TESSERA_NPU_STAT_AGGREGATE].allocated, static_cast<std::int64_t>(own.num_device_alloc));
+    EXPECT_EQ(stats.reserved_bytes[TESSERA_NPU_STAT_SMALL_POOL].current +
+                  stats.reserved_bytes[TESSERA_NPU_STAT_LARGE_POOL].current + static_cast<std::int64_t>(own.pooled_bytes),
+              static_cast<std::int64_t>(own.reserved_bytes));
+    EXPECT_EQ(stats.segment[TESSERA_NPU_STAT_AGGREGATE].current, 2) << "a segment of each pool holds pages";
+    EXPECT_EQ(stats.segment[TESSERA_NPU_STAT_SMALL_POOL].current, 1);
     EXPECT_EQ(stats.active_bytes[TESSERA_NPU_STAT_AGGREGATE].current,
-              stats.allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].current);
-    EXPECT_EQ(stats.inactive_split_bytes[TESSERA_NPU_STAT_AGGREGATE].current, 0);
+              stats.allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].current) << "no free waits for an event";
+    // The small block's granule (2 MiB) holds it and free bytes; the large block is whole granules.
+    EXPECT_EQ(stats.inactive_split_bytes[TESSERA_NPU_STAT_SMALL_POOL].current,
+              static_cast<std::int64_t>((std::size_t{2} << 20) - small));
+    EXPECT_EQ(stats.inactive_split_bytes[TESSERA_NPU_STAT_LARGE_POOL].current, 0);
+    EXPECT_EQ(stats.inactive_split[TESSERA_NPU_STAT_AGGREGATE].current, 1);
+    EXPECT_EQ(stats.inactive_split_bytes[TESSERA_NPU_STAT_AGGREGATE].peak, 0) << "current only";
 
     tessera_npu_free(large_block, big, 0, nullptr);
     EXPECT_GT(get_device_stats(0).allocated_bytes[TESSERA_NPU_STAT_AGGREGATE].peak,
