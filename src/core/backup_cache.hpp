@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "tessera/driver.hpp"
+#include "core/mapper.hpp"  // HostBuffer, as the mapper allocates them
 
 namespace tessera::core {
 
