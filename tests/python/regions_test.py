@@ -71,6 +71,11 @@ class RegionsTest(unittest.TestCase):
             self.assertTrue(holds(pointer, size, seed), f"weights block {seed}")
         ctypes.memset(cache, 1, 4 * MiB)  # usable again
         self.assertEqual(tag_stat("py_weights", "backup_bytes"), 0)
+        backed_up = sum(size for _, size in weights)
+        self.assertGreaterEqual(tessera.memory_stats()["tessera.backup_cache_bytes"], backed_up,
+                                "the backup buffers are kept for the next pause")
+        tessera.empty_cache()
+        self.assertEqual(tessera.memory_stats()["tessera.backup_cache_bytes"], 0, "empty_cache frees them")
         for pointer, _ in weights:
             free(pointer)
         free(cache)
