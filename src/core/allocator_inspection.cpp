@@ -93,6 +93,7 @@ void TesseraAllocatorImpl::record_history(std::size_t max_events) {
   observers_.history().resize(max_events);
   std::lock_guard capture_lock(capture_mutex_);
   capture_on_.store(max_events != 0 && capture_ != nullptr, std::memory_order_relaxed);
+  observers_.history().clear_next_stack();
 }
 
 void TesseraAllocatorImpl::set_history_stacks(StackCapture capture) {
@@ -100,10 +101,10 @@ void TesseraAllocatorImpl::set_history_stacks(StackCapture capture) {
   std::lock_guard capture_lock(capture_mutex_);
   capture_ = capture ? std::make_shared<const StackCapture>(std::move(capture)) : nullptr;
   capture_on_.store(observers_.history().recording() && capture_ != nullptr, std::memory_order_relaxed);
+  observers_.history().clear_next_stack();
 }
 
 Stack TesseraAllocatorImpl::capture_stack() {
-  if (!capture_on_.load(std::memory_order_relaxed)) return {};
   std::shared_ptr<const StackCapture> capture;
   {
     std::lock_guard capture_lock(capture_mutex_);

@@ -38,6 +38,7 @@ std::size_t HistoryRecorder::StackHash::operator()(const Stack& stack) const noe
 }
 
 void HistoryRecorder::set_next_stack(Stack stack) {
+  next_stack_ = 0;
   if (capacity_ == 0 || stack.empty()) return;
   if (stacks_.empty()) {
     static const Stack none;

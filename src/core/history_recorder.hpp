@@ -17,8 +17,8 @@ class HistoryRecorder final : public AllocatorObserver {
   void resize(std::size_t max_events);
   bool recording() const noexcept { return capacity_ != 0; }
 
-  // The stack the next recorded alloc files (taken on the allocating thread before the allocator's lock);
-  // clear_next_stack() drops it when the allocation ends without one.
+  // The stack the next recorded alloc files (taken on the allocating thread before the allocator's lock; empty:
+  // none); clear_next_stack() drops it when capturing stops.
   void set_next_stack(Stack stack);
   void clear_next_stack() noexcept { next_stack_ = 0; }
 

@@ -70,14 +70,13 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
 }
 
 Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
-  Stack stack = capture_stack();  // before the lock: see set_history_stacks
+  // The history's stack for this allocation, taken before the lock (set_history_stacks says why); off, this
+  // is one relaxed load. Set under the lock for every allocation while on (empty: none), so that no stack of
+  // an allocation that failed goes with a later one.
+  std::optional<Stack> stack;
+  if (capture_on_.load(std::memory_order_relaxed)) stack = capture_stack();
   std::lock_guard lock(mutex_);
-  // The stack goes with this allocation's block_allocated only, whatever path it takes.
-  struct StackScope {
-    HistoryRecorder& history;
-    ~StackScope() { history.clear_next_stack(); }
-  } stack_scope{observers_.history()};
-  if (!stack.empty()) observers_.history().set_next_stack(std::move(stack));
+  if (stack && capture_on_.load(std::memory_order_relaxed)) observers_.history().set_next_stack(std::move(*stack));
   if (size > limit_) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
   const MemoryPool pool = pool_for(rounded);
