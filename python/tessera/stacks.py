@@ -28,21 +28,34 @@ _installed = False
 _exit_hook = False
 
 
+# Each stack as its text, made once: a training loop allocates from the same few hundred places again and
+# again, and formatting is most of what a capture would cost. Keyed by the frames' code objects and lines.
+_texts = {}
+
+
 def _frames_text(capacity):
     """The calling thread's Python frames, innermost first, one a line "filename<TAB>line<TAB>name", at most
     `capacity` bytes of UTF-8."""
     frame = sys._getframe(2)  # 0: this function, 1: the callback, 2: the code that called into C
-    lines = []
-    size = 0
-    while frame is not None and len(lines) < MAX_FRAMES:
-        code = frame.f_code
-        line = f"{code.co_filename}\t{frame.f_lineno or 0}\t{code.co_name}\n".encode("utf-8", "replace")
-        if size + len(line) > capacity:
-            break
-        lines.append(line)
-        size += len(line)
+    key = []
+    while frame is not None and len(key) < 2 * MAX_FRAMES:
+        key.append(frame.f_code)
+        key.append(frame.f_lineno)
         frame = frame.f_back
-    return b"".join(lines)
+    key = tuple(key)
+    text = _texts.get(key)
+    if text is None or len(text) > capacity:
+        lines = []
+        size = 0
+        for code, line_number in zip(key[0::2], key[1::2]):
+            line = f"{code.co_filename}\t{line_number or 0}\t{code.co_name}\n".encode("utf-8", "replace")
+            if size + len(line) > capacity:
+                break
+            lines.append(line)
+            size += len(line)
+        text = b"".join(lines)
+        _texts[key] = text
+    return text
 
 
 def _capture(buffer, capacity):

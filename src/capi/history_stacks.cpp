@@ -5,8 +5,12 @@
 // allocation.
 #include <algorithm>
 #include <charconv>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "capi/guard.hpp"
 #include "capi/registry.hpp"
@@ -40,23 +44,52 @@ Stack parse_frames(std::string_view text) {
   return stack;
 }
 
-Stack capture_with(tessera_stack_capture_fn capture, tessera_stack_ready_fn ready) noexcept {
+// Each distinct text parsed once, and the same object handed out for it, so that the history files it once: a
+// training loop allocates from the same places again and again. Threads capture at once, outside the
+// allocator's lock: the cache has a lock of its own. Cleared when it grows past `most` texts.
+class StackCache {
+ public:
+  std::shared_ptr<const Stack> of(std::string_view text) {
+    std::lock_guard lock(mutex_);
+    if (const auto found = stacks_.find(text); found != stacks_.end()) return found->second;
+    if (stacks_.size() >= most) stacks_.clear();
+    auto stack = std::make_shared<const Stack>(parse_frames(text));
+    stacks_.emplace(std::string(text), stack);
+    return stack;
+  }
+
+ private:
+  static constexpr std::size_t most = 1 << 16;
+  struct TextHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view text) const noexcept { return std::hash<std::string_view>{}(text); }
+  };
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const Stack>, TextHash, std::equal_to<>> stacks_;
+};
+
+StackCache& stack_cache() {
+  static auto* cache = new StackCache;  // never destroyed: allocations may come during static destruction
+  return *cache;
+}
+
+std::shared_ptr<const Stack> capture_with(tessera_stack_capture_fn capture, tessera_stack_ready_fn ready) noexcept {
   // A capture that allocates through Tessera itself records no stack for that allocation.
   thread_local bool capturing = false;
-  if (capturing) return {};
+  if (capturing) return nullptr;
   try {
-    if (ready != nullptr && ready() == nullptr) return {};
+    if (ready != nullptr && ready() == nullptr) return nullptr;
     thread_local std::string buffer;
     buffer.resize(stack_buffer_bytes);
     capturing = true;
     const int written = capture(buffer.data(), buffer.size());
     capturing = false;
-    if (written <= 0) return {};
-    return parse_frames(std::string_view(buffer.data(), std::min<std::size_t>(static_cast<std::size_t>(written),
-                                                                               buffer.size())));
+    if (written <= 0) return nullptr;
+    return stack_cache().of(
+        std::string_view(buffer.data(), std::min<std::size_t>(static_cast<std::size_t>(written), buffer.size())));
   } catch (...) {
     capturing = false;
-    return {};
+    return nullptr;
   }
 }
 

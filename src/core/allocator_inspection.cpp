@@ -104,14 +104,14 @@ void TesseraAllocatorImpl::set_history_stacks(StackCapture capture) {
   observers_.history().clear_next_stack();
 }
 
-Stack TesseraAllocatorImpl::capture_stack() {
+std::shared_ptr<const Stack> TesseraAllocatorImpl::capture_stack() {
   std::shared_ptr<const StackCapture> capture;
   {
     std::lock_guard capture_lock(capture_mutex_);
     capture = capture_;
   }
   // Outside every lock: the capture may wait for an interpreter whose other threads allocate meanwhile.
-  return capture ? (*capture)() : Stack{};
+  return capture ? (*capture)() : nullptr;
 }
 
 AllocationHistory TesseraAllocatorImpl::history() const {

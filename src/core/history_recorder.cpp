@@ -26,26 +26,12 @@ void HistoryRecorder::resize(std::size_t max_events) {
   capacity_ = max_events;
 }
 
-std::size_t HistoryRecorder::StackHash::operator()(const Stack& stack) const noexcept {
-  std::size_t hash = stack.size();
-  for (const StackFrame& frame : stack) {
-    for (const std::size_t part : {std::hash<std::string>{}(frame.filename), std::hash<std::string>{}(frame.name),
-                                   std::size_t{frame.line}}) {
-      hash ^= part + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2);
-    }
-  }
-  return hash;
-}
-
-void HistoryRecorder::set_next_stack(Stack stack) {
+void HistoryRecorder::set_next_stack(std::shared_ptr<const Stack> stack) {
   next_stack_ = 0;
-  if (capacity_ == 0 || stack.empty()) return;
-  if (stacks_.empty()) {
-    static const Stack none;
-    stacks_.push_back(&none);
-  }
-  const auto [it, added] = stack_ids_.try_emplace(std::move(stack), static_cast<std::uint32_t>(stacks_.size()));
-  if (added) stacks_.push_back(&it->first);
+  if (capacity_ == 0 || stack == nullptr || stack->empty()) return;
+  if (stacks_.empty()) stacks_.push_back(nullptr);
+  const auto [it, added] = stack_ids_.try_emplace(stack.get(), static_cast<std::uint32_t>(stacks_.size()));
+  if (added) stacks_.push_back(std::move(stack));
   next_stack_ = it->second;
 }
 
@@ -200,7 +186,7 @@ AllocationHistory HistoryRecorder::build(AllocatorSnapshot state) const {
                                        StreamId{}, trace.events.size()});
   }
   if (any_stack) {
-    for (const Stack* stack : stacks_) history.stacks.push_back(*stack);
+    for (const auto& stack : stacks_) history.stacks.push_back(stack != nullptr ? *stack : Stack{});
   } else {
     history.event_stacks.clear();
   }

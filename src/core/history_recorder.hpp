@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -19,7 +20,7 @@ class HistoryRecorder final : public AllocatorObserver {
 
   // The stack the next recorded alloc files (taken on the allocating thread before the allocator's lock; empty:
   // none); clear_next_stack() drops it when capturing stops.
-  void set_next_stack(Stack stack);
+  void set_next_stack(std::shared_ptr<const Stack> stack);
   void clear_next_stack() noexcept { next_stack_ = 0; }
 
   void block_allocated(const BlockEvent& block) override {
@@ -56,9 +57,6 @@ class HistoryRecorder final : public AllocatorObserver {
     Kind kind;
     std::uint32_t stack;  // alloc: index into stacks_ (0: none)
   };
-  struct StackHash {
-    std::size_t operator()(const Stack& stack) const noexcept;
-  };
 
   static std::int64_t now_us();
   void push_block(const BlockEvent& block, Kind kind);
@@ -71,9 +69,10 @@ class HistoryRecorder final : public AllocatorObserver {
   std::size_t first_ = 0;    // the oldest entry, once the ring is full
   std::size_t dropped_ = 0;
   std::int64_t pooled_delta_ = 0;
-  // Each distinct stack once: allocations in a loop share theirs. stacks_[0] is the empty stack.
-  std::unordered_map<Stack, std::uint32_t, StackHash> stack_ids_;
-  std::vector<const Stack*> stacks_;
+  // Each stack object once (a capture hands out one object per distinct stack): allocations in a loop share
+  // theirs. stacks_[0] is none.
+  std::unordered_map<const Stack*, std::uint32_t> stack_ids_;
+  std::vector<std::shared_ptr<const Stack>> stacks_;
   std::uint32_t next_stack_ = 0;
 };
 

@@ -214,8 +214,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private detail::Fork
   std::atomic<bool> capture_on_{false};
   SpinMutex capture_mutex_;
   std::shared_ptr<const StackCapture> capture_;
-  // Takes the stack for the allocation about to be made (capture_on_ was seen set): empty when none.
-  Stack capture_stack();
+  // Takes the stack for the allocation about to be made (capture_on_ was seen set): null when none.
+  std::shared_ptr<const Stack> capture_stack();
   AllocatorConfig config_;
   Observers observers_;  // before mapper_, which tells them what it does
   Mapper mapper_;

@@ -201,7 +201,8 @@ TEST_F(HistoryTest, StacksGoWithTheirAllocs) {
   allocator_->set_history_stacks([&] {
     ++captures;
     (void)allocator_->stats();  // takes the allocator's lock: a deadlock if the capture ran under it
-    return Stack{{"model.py", static_cast<std::uint32_t>(10 + captures), "forward"}, {"train.py", 3, "<module>"}};
+    return std::make_shared<const Stack>(
+        Stack{{"model.py", static_cast<std::uint32_t>(10 + captures), "forward"}, {"train.py", 3, "<module>"}});
   });
   const Address a = alloc(1000);
   const Address b = alloc(5000);
