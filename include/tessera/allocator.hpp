@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -154,10 +155,18 @@ class TesseraAllocator : public DeviceAllocator {
   virtual void add_observer(AllocatorObserver& observer) = 0;
   // Checks every invariant from scratch; a description of the first broken one.
   virtual std::optional<std::string> check() const = 0;
-  // Starts recording the allocation history into a ring of the newest `max_events` allocs and frees
-  // (PyTorch's max_entries); 0 stops recording and forgets what was recorded. Recording again resizes the
-  // ring and keeps the newest events.
+  // Starts recording the allocation history into a ring of the newest `max_events` allocs, frees and changes
+  // of the device memory held (pages mapped, unmapped, pooled: AllocationHistory::segment_changes), as
+  // PyTorch's max_entries counts its segment entries too; 0 stops recording and forgets what was recorded.
+  // Recording again resizes the ring and keeps the newest events.
   virtual void record_history(std::size_t max_events) = 0;
+  // While the history records, each alloc files the stack `capture` returns (null or empty: none), as
+  // PyTorch's history files its frames. It is called on the allocating thread before the allocator's lock is
+  // taken, so that it may call into an interpreter that other threads need to allocate; an empty function
+  // stops it. A capture that returns the same object for the same stack has it filed once. Off (the default)
+  // it costs an allocation one relaxed atomic load.
+  using StackCapture = std::function<std::shared_ptr<const Stack>()>;
+  virtual void set_history_stacks(StackCapture capture) = 0;
   // The history and the state, taken together under the allocator's lock.
   virtual AllocationHistory history() const = 0;
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "tessera/tags.hpp"
 #include "tessera/types.hpp"
@@ -20,6 +21,24 @@ struct BlockEvent {
   bool pending = false;
 };
 
+// One mapping of physical pages at a virtual address, as the driver made or undid it. A page mapped a second
+// time (a shared block's sliver) is not one: its bytes are counted where it is mapped first.
+struct PageMapping {
+  Address address = 0;
+  Bytes size = 0;
+};
+
+// A granule mapped a second time, at `address` (`size` bytes), for a shared block that uses `used` bytes of it
+// from `used_at`: bytes its home lends from `home` (where the granule stays mapped for the live block beside
+// them).
+struct SliverMapping {
+  Address address = 0;
+  Bytes size = 0;
+  Address home = 0;
+  Address used_at = 0;
+  Bytes used = 0;
+};
+
 class AllocatorObserver {
  public:
   virtual ~AllocatorObserver() = default;
@@ -30,15 +49,16 @@ class AllocatorObserver {
   virtual void free_completed(const BlockEvent&) {}
   virtual void pages_created(std::uint64_t /*count*/, Bytes /*bytes*/) {}
   virtual void pages_released(std::uint64_t /*count*/, Bytes /*bytes*/) {}
-  virtual void pages_mapped(std::uint64_t /*count*/, Bytes /*bytes*/) {}
-  virtual void pages_unmapped(std::uint64_t /*count*/, Bytes /*bytes*/) {}
+  // Pages mapped and unmapped, one entry per mapping, in the order made (their sizes sum to the bytes).
+  virtual void pages_mapped(std::span<const PageMapping> /*mappings*/) {}
+  virtual void pages_unmapped(std::span<const PageMapping> /*mappings*/) {}
   // A block built from pages taken from other free blocks: `pages` of them moved.
   virtual void stitched(std::uint64_t /*pages*/) {}
   // A block built over `slivers` (1 or 2) free edges of granules that live blocks half use.
   virtual void shared(std::uint64_t /*slivers*/) {}
   // Mappings of granules that are mapped elsewhere too (a shared block's slivers), made and undone.
-  virtual void slivers_mapped(std::uint64_t /*count*/, Bytes /*bytes*/) {}
-  virtual void slivers_unmapped(std::uint64_t /*count*/, Bytes /*bytes*/) {}
+  virtual void slivers_mapped(std::span<const SliverMapping> /*slivers*/) {}
+  virtual void slivers_unmapped(std::span<const SliverMapping> /*slivers*/) {}
   // Pages taken back from idle cached blocks (into the pool or to the device).
   virtual void reclaimed(std::uint64_t /*pages*/) {}
   // A wait on a stream (or the whole device) to prove memory idle before its pages are unmapped.

@@ -31,8 +31,9 @@ namespace tessera {
 // segment_free, segment_map, segment_unmap), so that validation can compare a model with a recording.
 struct SegmentEvent {
   enum class Kind : std::uint8_t {
-    alloc,  // a new segment (PyTorch: cudaMalloc; GMLake: a segment of 2 MiB chunks)
-    free,   // a segment given back (cudaFree)
+    alloc,  // a new segment (PyTorch: cudaMalloc; GMLake: a segment of 2 MiB chunks; memory-saver: a tagged
+            // allocation's handle, made or resumed)
+    free,   // a segment given back (cudaFree; memory-saver: a handle freed or paused)
     map,    // pages mapped into an expandable segment
     unmap,  // pages of an expandable segment unmapped and released
   };

@@ -49,8 +49,9 @@ struct ReplayOptions {
   Bytes granularity = 2 * MiB;    // a power of two, at least min_replay_granularity
   AllocatorConfig tessera_config;
   std::size_t series_points = 0;  // > 0: keep about this many (event, allocated, reserved) samples
-  // Keep every block's address and, for the tessera allocator, its segments and blocks at the end: what a
-  // PyTorch snapshot of the replay needs (write_pytorch_snapshot).
+  // Keep every block's address, what the allocator did to its device memory (segment changes) and, for the
+  // tessera allocator, its segments and blocks at the end: what a PyTorch snapshot of the replay needs
+  // (write_pytorch_snapshot). Off, the replay collects none of it.
   bool keep_state = false;
 };
 
@@ -100,6 +101,9 @@ struct ReplayResult {
   std::vector<SeriesPoint> series;
   std::vector<Address> addresses;              // keep_state: by block id
   std::optional<AllocatorSnapshot> final_state;  // keep_state, tessera allocator: its state at the end
+  // keep_state: segments made and freed, pages mapped, unmapped and pooled, in order with the events; their
+  // bytes add up to the reserved bytes (the driver's pages) after every event.
+  std::vector<SegmentChange> segment_changes;
   // Not empty: this replay failed with an error that is not an out-of-memory answer (a driver error, the
   // host out of memory, live bytes past 2^64), and this says why and at which event; the figures above are
   // then not measured. replay() returns such an error instead; the command's runner keeps it here, so that

@@ -29,6 +29,15 @@ struct SnapshotBlock {
   Address lent_to = 0;
 };
 
+// A run of mapped virtual memory: pages side by side, each counted once (not a second mapping of a page that
+// is mapped elsewhere too, such as a shared block's sliver).
+struct MappedRange {
+  Address address = 0;
+  Bytes size = 0;
+
+  bool operator==(const MappedRange&) const = default;
+};
+
 struct SnapshotSegment {
   Address address = 0;
   Bytes total_size = 0;  // virtual size of the region
@@ -39,12 +48,48 @@ struct SnapshotSegment {
   // Tessera: the tag its blocks were allocated under, and whether it is paused (its pages given back).
   std::string tag = "default";
   bool paused = false;
+  // Tessera: the mapped runs of the region in address order, each as long as it runs (mapped_size in all).
+  std::vector<MappedRange> mapped{};
 };
 
 struct AllocatorSnapshot {
   std::vector<SnapshotSegment> segments;
   Bytes pooled_bytes = 0;  // pages held unmapped, ready for reuse
 };
+
+// What an allocator did to its device memory while a trace ran, in the words of PyTorch's trace entries:
+//   alloc / free    a segment made and given back whole (cudaMalloc and cudaFree: PyTorch's native
+//                   allocator, GMLake's chunked segments, a memory-saver handle);
+//   map / unmap     physical pages mapped into, or unmapped from, a range that stays reserved (expandable
+//                   segments, Tessera's regions); an unmap undoes exactly one earlier map or a part of it;
+//   pooled / unpooled   physical memory held unmapped, ready for reuse, grows or shrinks (Tessera's page
+//                   pool: pages created and not mapped yet, or unmapped and kept). It has no address; the
+//                   snapshot shows it as one segment of its own (docs/trace-format.md).
+// The bytes of alloc + map + pooled less free + unmap + unpooled are the reserved bytes the changes account
+// for: a replay's, after every event.
+struct SegmentChange {
+  enum class Kind : std::uint8_t { alloc, free, map, unmap, pooled, unpooled };
+  Kind kind = Kind::map;
+  Address address = 0;  // none for pooled and unpooled
+  Bytes size = 0;
+  StreamId stream{};
+  // The index of the trace event it comes before (trace.events.size(): after the last). Changes made while
+  // an alloc was served come before it, those made while a free was served after it.
+  std::size_t before_event = 0;
+
+  bool operator==(const SegmentChange&) const = default;
+};
+
+// One frame of the stack that made an allocation, as PyTorch's snapshot writes it. A stack lists its frames
+// innermost first.
+struct StackFrame {
+  std::string filename;
+  std::uint32_t line = 0;
+  std::string name;
+
+  bool operator==(const StackFrame&) const = default;
+};
+using Stack = std::vector<StackFrame>;
 
 // The allocation history (PyTorch's torch.cuda.memory._record_memory_history): the newest allocs and frees,
 // with the addresses they had, and the allocator's segments at the moment it was taken — what
@@ -56,6 +101,12 @@ struct AllocationHistory {
   std::vector<Address> addresses;  // addresses[id]: the address block `id` had
   AllocatorSnapshot state;         // segments and blocks when the history was taken
   std::size_t dropped_events = 0;  // recorded events that fell out of the ring
+  // What was mapped, unmapped and pooled inside the window, in order with the trace's events.
+  std::vector<SegmentChange> segment_changes;
+  // The stacks recorded with the allocations (record_history's context): stacks[0] is the empty one;
+  // event_stacks[i], when not empty, is the index of trace.events[i]'s stack.
+  std::vector<Stack> stacks;
+  std::vector<std::uint32_t> event_stacks;
 };
 
 // ---- Writers of PyTorch snapshots (docs/trace-format.md, "Writing PyTorch snapshots"): the pickle that
@@ -72,6 +123,18 @@ struct SnapshotWriteOptions {
   // synthesized from the trace. Its allocated blocks at addresses no event touches must be exactly the
   // initial blocks never freed, on their streams.
   const AllocatorSnapshot* state = nullptr;
+  // What the allocator did to its device memory, in order with the trace's events; not owned. Non-null: they
+  // are written as segment_alloc, segment_free, segment_map and segment_unmap entries, and the segments are
+  // what they leave (with a state: the state's mapped runs, which they must lead to), so that MemoryViz
+  // draws the reserved bytes as they went. `changes_from_empty`: they start from an allocator that held
+  // nothing (a replay); otherwise they are a window of a longer run (a history), and the pooled bytes before
+  // it are the state's less what the window pooled.
+  const std::vector<SegmentChange>* segment_changes = nullptr;
+  bool changes_from_empty = true;
+  // Stacks of the events (AllocationHistory::stacks and event_stacks); not owned. An alloc's stack is
+  // written as the `frames` of its alloc, of its free and of its block in the segments.
+  const std::vector<Stack>* stacks = nullptr;
+  const std::vector<std::uint32_t>* event_stacks = nullptr;
 };
 
 // `addresses[id]` is the address block `id` had (from a replay); empty: each block gets a synthesized

@@ -206,6 +206,18 @@ TESSERA_C_API int tessera_record_memory_history(size_t max_entries);
  * allocator. */
 TESSERA_C_API int tessera_dump_snapshot(const char* path, int device);
 
+/* The stack of each allocation the history records, as PyTorch's history files its frames (the Python
+ * package's record_memory_history(stacks="python") installs one). Before each allocation, while a history
+ * records, on the allocating thread and outside every lock of Tessera's: `ready()` (when not NULL) says
+ * whether `capture` may run on this thread now, by returning anything but NULL (Python passes
+ * PyGILState_GetThisThreadState: the thread has an interpreter state), and then `capture(buffer, capacity)`
+ * writes the frames, innermost first, one a line, "filename\tline\tname\n", at most `capacity` bytes, and
+ * returns the bytes written (0 or less: no stack). `capture` NULL stops; off, an allocation pays one relaxed
+ * atomic load. Applies to every device, present and future. 0. */
+typedef const void* (*tessera_stack_ready_fn)(void);
+typedef int (*tessera_stack_capture_fn)(char* buffer, size_t capacity);
+TESSERA_C_API int tessera_set_history_stacks(tessera_stack_capture_fn capture, tessera_stack_ready_fn ready);
+
 #ifdef __cplusplus
 }
 #endif

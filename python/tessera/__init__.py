@@ -146,11 +146,18 @@ def empty_cache():
     library().tessera_empty_cache()
 
 
-def record_memory_history(enabled=True, max_entries=100000):
-    """Records the newest `max_entries` allocs and frees of every device (like
-    torch.cuda.memory._record_memory_history). enabled None or False, or max_entries 0, stops and forgets.
-    max_entries is a whole number, 0 or more: anything else raises TesseraValueError naming it. Stack traces are
-    not recorded."""
+def record_memory_history(enabled=True, max_entries=100000, stacks=None):
+    """Records the newest `max_entries` allocs and frees of every device, and the pages mapped and unmapped
+    between them (like torch.cuda.memory._record_memory_history, whose max_entries counts segment entries too).
+    enabled None or False, or max_entries 0, stops and forgets. max_entries is a whole number, 0 or more:
+    anything else raises TesseraValueError naming it. stacks="python" files the Python frames of the thread
+    that made each allocation with it (tessera/stacks.py says how; docs/pytorch.md what it costs); None (the
+    default) records no stack. C++ frames are not recorded: stacks="all" and "cpp" raise TesseraValueError."""
+    from tessera import stacks as python_stacks
+
+    if stacks not in (None, "python"):
+        raise TesseraValueError(f"tessera.record_memory_history: stacks={stacks!r}: expected None or 'python' "
+                                "(Tessera records Python frames, not C++ ones)")
     entries = 0
     if enabled not in (None, False):
         try:
@@ -162,6 +169,10 @@ def record_memory_history(enabled=True, max_entries=100000):
             raise TesseraValueError(f"tessera.record_memory_history: max_entries={max_entries!r} is negative: "
                                     "expected the number of entries to keep, 0 or more (0 stops and forgets)")
     entries = min(entries, sys.maxsize)
+    if entries > 0 and stacks == "python":
+        python_stacks.install()
+    else:
+        python_stacks.remove()
     if library().tessera_record_memory_history(entries) != 0:
         fail("tessera_record_memory_history")
 

@@ -17,7 +17,6 @@ docs/pytorch.md ("PyTorch's own views") is the guide.
 """
 
 import collections
-import inspect
 import os
 import pickle
 import sys
@@ -104,9 +103,9 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     enabled: "all" (or True) records the newest max_entries allocs and frees; None (or False) stops and forgets;
     "state" stops recording events (a snapshot then holds the segments and blocks alone). The boolean form of
     PyTorch 1.13 and 2.0 is accepted with its keyword trace_alloc_max_entries (default: tessera's 100000); its
-    other keywords are about stack traces. context and stacks are forwarded as `stacks` where
-    tessera.record_memory_history takes that argument (context None or "state" asks for none); Tessera records
-    every device's history at once, so `device` is not used.
+    other keywords are about stack traces. stacks "all" or "python" records the Python frames of each allocation
+    (tessera.record_memory_history(stacks="python"); C++ frames are not recorded, so "cpp" records none), unless
+    context is None or "state"; Tessera records every device's history at once, so `device` is not used.
     """
     unknown = sorted(set(legacy) - set(_LEGACY_KEYWORDS))
     if unknown:
@@ -123,9 +122,10 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     else:
         raise TesseraValueError(f"tessera._record_memory_history: enabled={enabled!r}: expected 'all', 'state', None "
                                 "or a bool")
-    accepted = inspect.signature(tessera.record_memory_history).parameters
-    if "stacks" in accepted and arguments["enabled"] and context not in (None, "state"):
-        arguments["stacks"] = stacks
+    # PyTorch's stacks "all" and "python" both ask for the Python frames, which Tessera records; C++ frames it does
+    # not ("cpp" alone records none).
+    if arguments["enabled"] and context not in (None, "state") and stacks in ("all", "python"):
+        arguments["stacks"] = "python"
     tessera.record_memory_history(**arguments)
 
 

@@ -40,8 +40,8 @@ Result<void> as_own(Result<void> result) {
 
 class MemorySaver final : public DeviceAllocator {
  public:
-  MemorySaver(Driver& driver, std::unique_ptr<DeviceAllocator> untagged)
-      : memory_(driver), untagged_(std::move(untagged)) {}
+  MemorySaver(Driver& driver, std::unique_ptr<DeviceAllocator> untagged, SegmentObserver on_segment)
+      : memory_(driver), untagged_(std::move(untagged)), on_segment_(std::move(on_segment)) {}
 
   ~MemorySaver() override {
     for (auto& [address, allocation] : tagged_) give_back(address, allocation);
@@ -83,6 +83,7 @@ class MemorySaver final : public DeviceAllocator {
       return std::move(mapped).error();
     }
     tagged_.emplace(*base, Allocation{size, rounded, tag, stream, page, false, {}});
+    notify(SegmentEvent::Kind::alloc, *base, rounded, stream);
     tagged_requested_ += size;
     tagged_allocated_ += rounded;
     tagged_resident_ += rounded;
@@ -131,6 +132,7 @@ class MemorySaver final : public DeviceAllocator {
         }
         allocation.backup = *buffer;
       }
+      notify(SegmentEvent::Kind::free, address, allocation.rounded, allocation.stream);
       memory_.unmap_and_release(address, allocation.page, allocation.rounded);
       allocation.paused = true;
       tagged_resident_ -= allocation.rounded;
@@ -154,6 +156,7 @@ class MemorySaver final : public DeviceAllocator {
       }
       allocation.page = page;
       allocation.paused = false;
+      notify(SegmentEvent::Kind::alloc, address, allocation.rounded, allocation.stream);
       tagged_resident_ += allocation.rounded;
       ++device_allocs_;
       note_peaks();
@@ -189,6 +192,7 @@ class MemorySaver final : public DeviceAllocator {
   // The page (unless paused), the backup, and the range.
   void give_back(Address address, Allocation& allocation) {
     if (!allocation.paused) {
+      notify(SegmentEvent::Kind::free, address, allocation.rounded, allocation.stream);
       memory_.unmap_and_release(address, allocation.page, allocation.rounded);
       tagged_resident_ -= allocation.rounded;
       ++device_frees_;
@@ -196,6 +200,12 @@ class MemorySaver final : public DeviceAllocator {
     if (allocation.backup.id != 0) (void)memory_.driver().free_host(allocation.backup);
     allocation.backup = {};
     memory_.release_reservation(address);
+  }
+
+  // A handle's page is a segment of its own to the observer: made and given back at allocation and free, and
+  // at pause and resume too (the range stays reserved, but nothing is mapped in it while paused).
+  void notify(SegmentEvent::Kind kind, Address address, Bytes size, StreamId stream) const {
+    if (on_segment_) on_segment_(SegmentEvent{kind, address, size, stream, false});
   }
 
   void note_peaks() {
@@ -207,6 +217,7 @@ class MemorySaver final : public DeviceAllocator {
 
   DeviceMemory memory_;
   std::unique_ptr<DeviceAllocator> untagged_;
+  SegmentObserver on_segment_;
   std::map<Address, Allocation> tagged_;  // by address: pause and resume walk it in a fixed order
   Bytes tagged_requested_ = 0;
   Bytes tagged_allocated_ = 0;
@@ -223,7 +234,7 @@ class MemorySaver final : public DeviceAllocator {
 Result<std::unique_ptr<DeviceAllocator>> make_memory_saver_model(Driver& driver, const BaselineOptions& options) {
   auto untagged = make_pytorch_caching_model(driver, options);
   if (!untagged) return std::move(untagged).error();
-  return std::unique_ptr<DeviceAllocator>(std::make_unique<MemorySaver>(driver, std::move(untagged).value()));
+  return std::unique_ptr<DeviceAllocator>(std::make_unique<MemorySaver>(driver, std::move(untagged).value(), options.on_segment));
 }
 
 }  // namespace tessera::baselines

@@ -29,6 +29,7 @@ std::array<std::atomic<Device*>, max_devices> devices{};  // written under the m
 Settings settings;
 std::string chosen_driver;  // fixed when the first allocator is created
 std::size_t history_entries = 0;
+TesseraAllocator::StackCapture history_stacks;
 bool forked = false;  // set in a child of fork(), before it has a second thread
 
 // fork(): the registry's and the error message's locks are taken before the fork guard's (a handler
@@ -179,6 +180,7 @@ Result<Device*> create_device(int index, Platform platform) {
   // Pages made before the counter listened (none today): its reserved figure starts from the allocator's.
   device->usage.start_from(device->allocator->tessera_stats().common.reserved_bytes);
   if (history_entries > 0) device->allocator->record_history(history_entries);
+  if (history_stacks) device->allocator->set_history_stacks(history_stacks);
   chosen_driver = *name;
   Device* created = device.release();  // never destroyed: see registry.hpp
   devices[static_cast<std::size_t>(index)].store(created, std::memory_order_release);
@@ -281,6 +283,12 @@ void set_history(std::size_t max_entries) {
   std::lock_guard lock(creation_mutex);
   history_entries = max_entries;
   for (Device* device : existing_devices()) device->allocator->record_history(max_entries);
+}
+
+void set_history_stacks(TesseraAllocator::StackCapture capture) {
+  std::lock_guard lock(creation_mutex);
+  history_stacks = std::move(capture);
+  for (Device* device : existing_devices()) device->allocator->set_history_stacks(history_stacks);
 }
 
 }  // namespace tessera::capi

@@ -53,5 +53,7 @@ Result<void> configure(const char* driver, const char* alloc_conf);
 std::string driver_in_use();
 // Applies to every allocator, present and future.
 void set_history(std::size_t max_entries);
+// The stack capture of every allocator's history, present and future (empty: none).
+void set_history_stacks(TesseraAllocator::StackCapture capture);
 
 }  // namespace tessera::capi

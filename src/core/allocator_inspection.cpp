@@ -11,6 +11,18 @@ namespace tessera::core {
 
 namespace {
 
+// Appends `run` to `runs` less the ranges of `holes` (sorted, disjoint) that meet it; `next` walks `holes`.
+void add_run(std::vector<MappedRange>& runs, MappedRange run, const std::vector<MappedRange>& holes, std::size_t& next) {
+  const Address end = run.address + run.size;
+  Address cursor = run.address;
+  while (next < holes.size() && holes[next].address + holes[next].size <= cursor) ++next;
+  for (std::size_t h = next; h < holes.size() && holes[h].address < end; ++h) {
+    if (holes[h].address > cursor) runs.push_back({cursor, holes[h].address - cursor});
+    cursor = std::max(cursor, holes[h].address + holes[h].size);
+  }
+  if (cursor < end) runs.push_back({cursor, end - cursor});
+}
+
 // Bytes of mapped slots wholly inside free blocks: cached memory no live block uses.
 Bytes idle_mapped_bytes(const Placement& placement, Bytes granule) {
   const Arena& arena = placement.arena();
@@ -147,6 +159,27 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot() const {
 void TesseraAllocatorImpl::record_history(std::size_t max_events) {
   std::lock_guard lock(mutex_);
   observers_.history().resize(max_events);
+  std::lock_guard capture_lock(capture_mutex_);
+  capture_on_.store(max_events != 0 && capture_ != nullptr, std::memory_order_relaxed);
+  observers_.history().clear_next_stack();
+}
+
+void TesseraAllocatorImpl::set_history_stacks(StackCapture capture) {
+  std::lock_guard lock(mutex_);
+  std::lock_guard capture_lock(capture_mutex_);
+  capture_ = capture ? std::make_shared<const StackCapture>(std::move(capture)) : nullptr;
+  capture_on_.store(observers_.history().recording() && capture_ != nullptr, std::memory_order_relaxed);
+  observers_.history().clear_next_stack();
+}
+
+std::shared_ptr<const Stack> TesseraAllocatorImpl::capture_stack() {
+  std::shared_ptr<const StackCapture> capture;
+  {
+    std::lock_guard capture_lock(capture_mutex_);
+    capture = capture_;
+  }
+  // Outside every lock: the capture may wait for an interpreter whose other threads allocate meanwhile.
+  return capture ? (*capture)() : nullptr;
 }
 
 AllocationHistory TesseraAllocatorImpl::history() const {
@@ -169,6 +202,21 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
       SnapshotSegment segment{region.base, region.span, region.mapped * granule_, arena->stream(), arena->pool(), {}};
       segment.tag = tag_name(arena->tag());
       segment.paused = state_of(arena->tag())->paused;
+      // Mapped runs, less the bytes lent to shared blocks: those are shown where they are used.
+      std::vector<MappedRange> lent_ranges;
+      for (const Block* block = region.first_block; block != nullptr; block = block->next) {
+        if (block->lent) lent_ranges.push_back({block->address, block->size});
+      }
+      std::size_t next_lent = 0;
+      for (std::size_t slot = region.table_begin(); slot < region.table_end();) {
+        if (!region.is_mapped(slot)) {
+          ++slot;
+          continue;
+        }
+        const std::size_t first = slot;
+        while (slot < region.table_end() && region.is_mapped(slot)) ++slot;
+        add_run(segment.mapped, {region.slot_address(first, granule_), (slot - first) * granule_}, lent_ranges, next_lent);
+      }
       for (const Block* block = region.first_block; block != nullptr; block = block->next) {
         using State = SnapshotBlock::State;
         const State state = block->live ? State::active_allocated : block->pending ? State::active_pending_free : State::inactive;
@@ -200,6 +248,18 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
     SnapshotSegment segment{shared->base, shared->span, mapped, shared->stream, shared->pool, {}};
     segment.tag = tag_name(shared->tag);
     segment.paused = state_of(shared->tag)->paused;
+    // Its own pages, and of each sliver the bytes it uses (mappings are in slot order).
+    for (const SharedMapping& mapping : shared->mappings) {
+      if (!mapping.mapped) continue;
+      const Address at = shared->base + mapping.slot * granule_;
+      MappedRange run{at, mapping.page.granules * granule_};
+      if (mapping.is_sliver()) run = {at + mapping.lent->address % granule_, mapping.lent->size};
+      if (!segment.mapped.empty() && segment.mapped.back().address + segment.mapped.back().size == run.address) {
+        segment.mapped.back().size += run.size;
+      } else {
+        segment.mapped.push_back(run);
+      }
+    }
     using State = SnapshotBlock::State;
     if (block.address > shared->base) segment.blocks.push_back({shared->base, block.address - shared->base, 0, State::inactive, 0, 0});
     const State state = block.live ? State::active_allocated : State::active_pending_free;

@@ -4,6 +4,17 @@
 
 namespace tessera::core {
 
+namespace {
+
+// A sliver's granule mapped at `at`, for the observers: the shared block uses the bytes its home's lent block
+// holds, at the same offset into the granule.
+SliverMapping sliver_of(const SharedMapping& mapping, Address at, Bytes granule) {
+  const Address home = mapping.lent->address;
+  return {at, granule, home, at + home % granule, mapping.lent->size};
+}
+
+}  // namespace
+
 Result<PageId> Mapper::create_chunk(std::uint32_t& granules) {
   while (true) {
     auto chunk = driver_.create_page(granules * granule_);
@@ -52,16 +63,18 @@ Result<void> Mapper::map(Address at, const Page& page, bool sliver) {
 
 Result<void> Mapper::map_pages(Region& region, std::span<const Assignment> assignments) {
   std::size_t mapped = 0;
-  Bytes mapped_bytes = 0;
+  std::vector<PageMapping> mappings;  // for the observers
+  mappings.reserve(assignments.size());
   Result<void> failure;
   for (const Assignment& assignment : assignments) {
-    if (auto done = map(region.slot_address(assignment.head, granule_), assignment.page, false); !done) {
+    const Address at = region.slot_address(assignment.head, granule_);
+    if (auto done = map(at, assignment.page, false); !done) {
       failure = std::move(done);
       break;
     }
     region.set_page(assignment.head, assignment.page);
     ++mapped;
-    mapped_bytes += assignment.page.granules * granule_;
+    mappings.push_back({at, assignment.page.granules * granule_});
   }
   for (std::size_t start = 0; start < mapped && failure.ok();) {
     std::size_t end = start + 1;
@@ -76,25 +89,23 @@ Result<void> Mapper::map_pages(Region& region, std::span<const Assignment> assig
     start = end;
   }
   if (failure.ok()) {
-    observers_.notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped, mapped_bytes); });
+    observers_.notify([&](AllocatorObserver& observer) { observer.pages_mapped(mappings); });
     return {};
   }
   // The rollback: no page may stay mapped with access unknown.
-  std::size_t kept = 0;
-  Bytes kept_bytes = 0;
+  std::vector<PageMapping> kept;
   for (std::size_t i = 0; i < mapped; ++i) {
     const Assignment& assignment = assignments[i];
-    if (!driver_.unmap(region.slot_address(assignment.head, granule_))) {
+    if (!driver_.unmap(mappings[i].address)) {
       // Stays mapped, but maybe without access: marked so, it is never handed out before access is set.
       region.set_accessible(assignment.head, false);
-      ++kept;
-      kept_bytes += assignment.page.granules * granule_;
+      kept.push_back(mappings[i]);
       continue;
     }
     pool_.put(region.clear_page(assignment.head));
   }
   for (std::size_t i = mapped; i < assignments.size(); ++i) pool_.put(assignments[i].page);
-  if (kept > 0) observers_.notify([&](AllocatorObserver& observer) { observer.pages_mapped(kept, kept_bytes); });
+  if (!kept.empty()) observers_.notify([&](AllocatorObserver& observer) { observer.pages_mapped(kept); });
   return failure;
 }
 
@@ -126,23 +137,25 @@ Mapper::Unmapped Mapper::unmap_idle(std::span<const IdlePage> idle, std::vector<
     }
     observers_.notify([](AllocatorObserver& observer) { observer.synchronized(false); });
   }
-  std::size_t pages = 0;
+  std::vector<PageMapping> unmapped_pages;  // for the observers
+  unmapped_pages.reserve(idle.size());
   for (const IdlePage& page : idle) {
     Region& region = page.arena->region(page.region);
-    if (auto done = driver_.unmap(region.slot_address(page.head, granule_)); !done) {
+    const Address at = region.slot_address(page.head, granule_);
+    if (auto done = driver_.unmap(at); !done) {
       result.failure = std::move(done);
       break;
     }
     const Page unmapped = region.clear_page(page.head);
     if (taken != nullptr) taken->push_back(unmapped);
     pool_.put(unmapped);
-    ++pages;
+    unmapped_pages.push_back({at, page.granules * granule_});
     result.granules += page.granules;
   }
-  if (pages > 0) {
+  if (!unmapped_pages.empty()) {
     observers_.notify([&](AllocatorObserver& observer) {
-      observer.pages_unmapped(pages, result.granules * granule_);
-      observer.reclaimed(pages);
+      observer.pages_unmapped(unmapped_pages);
+      observer.reclaimed(unmapped_pages.size());
     });
   }
   return result;
@@ -150,59 +163,54 @@ Mapper::Unmapped Mapper::unmap_idle(std::span<const IdlePage> idle, std::vector<
 
 Result<void> Mapper::map_shared(SharedBlock& shared) {
   Result<void> failure;
-  std::uint64_t mapped = 0;
-  Bytes mapped_bytes = 0;
-  std::uint64_t slivers_mapped = 0;
+  std::vector<PageMapping> mapped;  // for the observers
+  std::vector<SliverMapping> slivers_mapped;
   for (SharedMapping& mapping : shared.mappings) {
     if (mapping.mapped) continue;
-    if (auto done = map(shared.base + mapping.slot * granule_, mapping.page, mapping.is_sliver()); !done) {
+    const Address at = shared.base + mapping.slot * granule_;
+    if (auto done = map(at, mapping.page, mapping.is_sliver()); !done) {
       failure = std::move(done);
       break;
     }
     mapping.mapped = true;
     if (mapping.is_sliver()) {
-      ++slivers_mapped;
+      slivers_mapped.push_back(sliver_of(mapping, at, granule_));
     } else {
-      ++mapped;
-      mapped_bytes += mapping.page.granules * granule_;
+      mapped.push_back({at, mapping.page.granules * granule_});
     }
   }
   if (failure.ok()) failure = driver_.set_access(shared.base, shared.span);
-  if (mapped > 0) observers_.notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped, mapped_bytes); });
-  if (slivers_mapped > 0) {
-    observers_.notify(
-        [&](AllocatorObserver& observer) { observer.slivers_mapped(slivers_mapped, slivers_mapped * granule_); });
+  if (!mapped.empty()) observers_.notify([&](AllocatorObserver& observer) { observer.pages_mapped(mapped); });
+  if (!slivers_mapped.empty()) {
+    observers_.notify([&](AllocatorObserver& observer) { observer.slivers_mapped(slivers_mapped); });
   }
   return failure;
 }
 
 Result<void> Mapper::unmap_shared(SharedBlock& shared) {
-  std::uint64_t unmapped = 0;
-  Bytes unmapped_bytes = 0;
-  std::uint64_t slivers_unmapped = 0;
+  std::vector<PageMapping> unmapped;  // for the observers
+  std::vector<SliverMapping> slivers_unmapped;
   Result<void> done;
   for (SharedMapping& mapping : shared.mappings) {
     if (!mapping.mapped) continue;
-    if (auto unmap = driver_.unmap(shared.base + mapping.slot * granule_); !unmap) {
+    const Address at = shared.base + mapping.slot * granule_;
+    if (auto unmap = driver_.unmap(at); !unmap) {
       done = std::move(unmap);
       break;
     }
     mapping.mapped = false;
     if (mapping.is_sliver()) {
-      ++slivers_unmapped;
+      slivers_unmapped.push_back(sliver_of(mapping, at, granule_));
     } else {
       pool_.put(mapping.page);
-      ++unmapped;
-      unmapped_bytes += mapping.page.granules * granule_;
+      unmapped.push_back({at, mapping.page.granules * granule_});
     }
   }
-  if (unmapped > 0) {
-    observers_.notify([&](AllocatorObserver& observer) { observer.pages_unmapped(unmapped, unmapped_bytes); });
+  if (!unmapped.empty()) {
+    observers_.notify([&](AllocatorObserver& observer) { observer.pages_unmapped(unmapped); });
   }
-  if (slivers_unmapped > 0) {
-    observers_.notify([&](AllocatorObserver& observer) {
-      observer.slivers_unmapped(slivers_unmapped, slivers_unmapped * granule_);
-    });
+  if (!slivers_unmapped.empty()) {
+    observers_.notify([&](AllocatorObserver& observer) { observer.slivers_unmapped(slivers_unmapped); });
   }
   return done;
 }
@@ -235,21 +243,20 @@ Result<void> Mapper::synchronize(std::span<const StreamId> streams) {
 }
 
 Result<void> Mapper::unmap_region(Region& region) {
-  std::uint64_t pages = 0;
-  Bytes bytes = 0;
+  std::vector<PageMapping> unmapped;  // for the observers
   Result<void> failure;
   for (std::size_t slot = region.table_begin(); slot < region.table_end() && region.mapped > 0; ++slot) {
     if (region.page_granules_at(slot) == 0) continue;
-    if (auto done = driver_.unmap(region.slot_address(slot, granule_)); !done) {
+    const Address at = region.slot_address(slot, granule_);
+    if (auto done = driver_.unmap(at); !done) {
       failure = std::move(done);
       break;
     }
     const Page page = region.clear_page(slot);
     pool_.put(page);
-    ++pages;
-    bytes += page.granules * granule_;
+    unmapped.push_back({at, page.granules * granule_});
   }
-  if (pages > 0) observers_.notify([&](AllocatorObserver& observer) { observer.pages_unmapped(pages, bytes); });
+  if (!unmapped.empty()) observers_.notify([&](AllocatorObserver& observer) { observer.pages_unmapped(unmapped); });
   return failure;
 }
 

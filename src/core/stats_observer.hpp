@@ -32,13 +32,15 @@ class StatsObserver final : public AllocatorObserver {
     stats_.common.reserved_bytes -= bytes;
     stats_.pooled_bytes -= bytes;
   }
-  void pages_mapped(std::uint64_t count, Bytes bytes) override {
-    stats_.pages_mapped += count;
+  void pages_mapped(std::span<const PageMapping> mappings) override {
+    const Bytes bytes = bytes_of(mappings);
+    stats_.pages_mapped += mappings.size();
     stats_.mapped_bytes += bytes;
     stats_.pooled_bytes -= bytes;
   }
-  void pages_unmapped(std::uint64_t count, Bytes bytes) override {
-    stats_.pages_unmapped += count;
+  void pages_unmapped(std::span<const PageMapping> mappings) override {
+    const Bytes bytes = bytes_of(mappings);
+    stats_.pages_unmapped += mappings.size();
     stats_.mapped_bytes -= bytes;
     stats_.pooled_bytes += bytes;
   }
@@ -50,13 +52,13 @@ class StatsObserver final : public AllocatorObserver {
     stats_.shared_blocks += 1;
     stats_.slivers_shared += slivers;
   }
-  void slivers_mapped(std::uint64_t count, Bytes bytes) override {
-    stats_.sliver_mappings += count;
-    stats_.sliver_mapped_bytes += bytes;
+  void slivers_mapped(std::span<const SliverMapping> slivers) override {
+    stats_.sliver_mappings += slivers.size();
+    for (const SliverMapping& sliver : slivers) stats_.sliver_mapped_bytes += sliver.size;
   }
-  void slivers_unmapped(std::uint64_t count, Bytes bytes) override {
-    stats_.sliver_mappings -= count;
-    stats_.sliver_mapped_bytes -= bytes;
+  void slivers_unmapped(std::span<const SliverMapping> slivers) override {
+    stats_.sliver_mappings -= slivers.size();
+    for (const SliverMapping& sliver : slivers) stats_.sliver_mapped_bytes -= sliver.size;
   }
   void reclaimed(std::uint64_t pages) override { stats_.pages_reclaimed += pages; }
   void synchronized(bool whole_device) override {
@@ -71,6 +73,12 @@ class StatsObserver final : public AllocatorObserver {
   const TesseraStats& stats() const noexcept { return stats_; }
 
  private:
+  static Bytes bytes_of(std::span<const PageMapping> mappings) {
+    Bytes bytes = 0;
+    for (const PageMapping& mapping : mappings) bytes += mapping.size;
+    return bytes;
+  }
+
   TesseraStats stats_;
 };
 

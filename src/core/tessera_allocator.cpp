@@ -73,7 +73,13 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
 }
 
 Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
+  // The history's stack for this allocation, taken before the lock (set_history_stacks says why); off, this
+  // is one relaxed load. Set under the lock for every allocation while on (empty: none), so that no stack of
+  // an allocation that failed goes with a later one.
+  std::optional<std::shared_ptr<const Stack>> stack;
+  if (capture_on_.load(std::memory_order_relaxed)) stack = capture_stack();
   std::lock_guard lock(mutex_);
+  if (stack && capture_on_.load(std::memory_order_relaxed)) observers_.history().set_next_stack(std::move(*stack));
   if (size > limit_) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
   const MemoryPool pool = pool_for(rounded);

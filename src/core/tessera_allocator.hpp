@@ -10,6 +10,7 @@
 //   allocator_inspection.cpp  stats, snapshot, history, the out-of-memory report and check()
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   void add_observer(AllocatorObserver& observer) override;
   std::optional<std::string> check() const override;
   void record_history(std::size_t max_events) override;
+  void set_history_stacks(StackCapture capture) override;
   AllocationHistory history() const override;
   std::vector<std::string> tags() const override;
 
@@ -215,6 +217,13 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   void after_fork_in_child() noexcept override { mutex_.unlock(); }
 
   mutable SpinMutex mutex_;
+  // The history's stack capture, read before mutex_ is taken (allocator_inspection.cpp): on only while the
+  // history records with a capture set.
+  std::atomic<bool> capture_on_{false};
+  SpinMutex capture_mutex_;
+  std::shared_ptr<const StackCapture> capture_;
+  // Takes the stack for the allocation about to be made (capture_on_ was seen set): null when none.
+  std::shared_ptr<const Stack> capture_stack();
   AllocatorConfig config_;
   Observers observers_;  // before mapper_, which tells them what it does
   Mapper mapper_;

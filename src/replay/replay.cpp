@@ -7,6 +7,8 @@
 #include <limits>
 #include <new>
 
+#include "replay/segment_log.hpp"
+#include "tessera/baselines.hpp"
 #include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
 #include "tessera/replay.hpp"
@@ -22,8 +24,27 @@ constexpr Bytes sim_unlimited = Bytes{1} << 44;
 struct Rig {
   std::unique_ptr<CountingDriver> driver;
   SimClock* clock = nullptr;
+  // keep_state only; before the allocator, which tells it what it gives back when destroyed.
+  std::unique_ptr<replay_detail::SegmentLog> segments;
   std::unique_ptr<DeviceAllocator> allocator;
 };
+
+// The allocator, telling the segment log (when there is one) what it does to its device memory.
+Result<std::unique_ptr<DeviceAllocator>> make_logged_allocator(const ReplayOptions& options, Rig& rig) {
+  if (rig.segments != nullptr) {
+    const auto baselines = baseline_names();
+    if (std::find(baselines.begin(), baselines.end(), options.allocator) != baselines.end()) {
+      BaselineOptions baseline_options;
+      baseline_options.on_segment = rig.segments->baseline_observer();
+      return make_baseline(options.allocator, *rig.driver, baseline_options);
+    }
+  }
+  auto allocator = make_replay_allocator(options.allocator, *rig.driver, options.tessera_config);
+  if (allocator && rig.segments != nullptr) {
+    if (auto* tessera = dynamic_cast<TesseraAllocator*>(allocator->get())) tessera->add_observer(*rig.segments);
+  }
+  return allocator;
+}
 
 Result<Rig> build_rig(const Trace& trace, const ReplayOptions& options, std::optional<Bytes> capacity) {
   Rig rig;
@@ -56,7 +77,8 @@ Result<Rig> build_rig(const Trace& trace, const ReplayOptions& options, std::opt
                       fmt::format("replay driver '{}': expected sim or host", options.driver));
   }
   rig.driver = std::make_unique<CountingDriver>(std::move(base));
-  auto allocator = make_replay_allocator(options.allocator, *rig.driver, options.tessera_config);
+  if (options.keep_state) rig.segments = std::make_unique<replay_detail::SegmentLog>();
+  auto allocator = make_logged_allocator(options, rig);
   if (!allocator) return std::move(allocator).error();
   rig.allocator = std::move(allocator).value();
   return rig;
@@ -143,6 +165,8 @@ Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& o
     for (std::size_t index = 0; index < trace.events.size(); ++index) {
       current = index;
       const TraceEvent& event = trace.events[index];
+      // What a free does to device memory goes after it in a snapshot, what anything else does before it.
+      if (rig.segments != nullptr) rig.segments->set_place(event.kind == TraceEventKind::free ? index + 1 : index);
       switch (event.kind) {
         case TraceEventKind::alloc: {
           auto placed = allocate(event.block, event.size, event.stream, event.tag);
@@ -280,6 +304,7 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
     if (const auto* tessera = dynamic_cast<const TesseraAllocator*>(rig->allocator.get())) {
       result.final_state = tessera->snapshot();
     }
+    if (rig->segments != nullptr) result.segment_changes = rig->segments->take();
   }
   if (in_iteration && !result.oom) result.calls_per_iteration.push_back(rig->driver->tally().total_calls() - calls_at_iteration);
 

@@ -21,6 +21,7 @@
 #include "tessera/trace.hpp"
 #include "trace/gzip_file.hpp"
 #include "trace/pickle_writer.hpp"
+#include "trace/snapshot_layout.hpp"
 
 namespace tessera {
 
@@ -189,7 +190,9 @@ Result<void> check_addresses(const Trace& trace, const std::vector<Address>& add
 
 // ---- The segments, as the snapshot lists them.
 
-enum class BlockState : std::uint8_t { active_allocated, active_pending_free, inactive };
+using trace_detail::BlockState;
+using trace_detail::OutBlock;
+using trace_detail::OutSegment;
 
 std::string_view state_name(BlockState state) {
   switch (state) {
@@ -199,21 +202,6 @@ std::string_view state_name(BlockState state) {
   }
   return "inactive";
 }
-
-struct OutBlock {
-  Address address = 0;
-  Bytes size = 0;
-  Bytes requested = 0;
-  BlockState state = BlockState::inactive;
-};
-
-struct OutSegment {
-  Address address = 0;
-  Bytes total_size = 0;
-  std::uint64_t stream = 0;  // the platform's value
-  bool small = false;
-  std::vector<OutBlock> blocks;  // tiling [address, address + total_size) in order, as MemoryViz assumes
-};
 
 // Without a state: a segment per never-freed initial block, then the union of every other block's
 // footprint, cut into disjoint extents, with the blocks live at the end active and the rest inactive.
@@ -291,11 +279,14 @@ void trim_untouched_ends(OutSegment& segment, Address used_begin, Address used_e
   segment.total_size = end - begin;
 }
 
-// With a state: its segments, trimmed as above, gaps between blocks filled with inactive ones. The blocks the reader
-// will take for initial ones (allocated, at an address no event touches) must be the never-freed initial blocks, on
-// their streams, or the trace would not read back.
+// With a state: its segments, gaps between blocks filled with inactive ones, and either trimmed as above or, when
+// `cut_to_runs` (the snapshot has segment entries), cut to their mapped runs: what is reserved, every segment that
+// holds any. The blocks the reader will take for initial ones (allocated, at an address no event touches) must be
+// the never-freed initial blocks, on their streams, or the trace would not read back. A lent block (the bytes of a
+// sliver that a shared block uses) is written inactive when cut: the shared block is the trace's.
 Result<std::vector<OutSegment>> state_segments(const Trace& trace, const std::vector<BlockFacts>& facts,
-                                               const std::vector<Address>& addresses, const AllocatorSnapshot& state) {
+                                               const std::vector<Address>& addresses, const AllocatorSnapshot& state,
+                                               const std::vector<std::uint32_t>& block_stack, bool cut_to_runs) {
   std::unordered_set<Address> touched;  // by events
   std::unordered_map<Address, BlockId> live_at_end;
   for (BlockId id = 0; id < trace.block_count; ++id) {
@@ -318,6 +309,7 @@ Result<std::vector<OutSegment>> state_segments(const Trace& trace, const std::ve
     Address cursor = from.address;
     const Address end = from.address + from.total_size;
     for (const SnapshotBlock& block : blocks) {
+      if (cut_to_runs && block.lent_to != 0) continue;  // an inactive gap
       if (block.address < cursor || block.address + block.size > end) {
         return invalid(fmt::format("state: the block at {:#x} overlaps another or leaves its segment at {:#x}",
                                    block.address, from.address));
@@ -339,10 +331,15 @@ Result<std::vector<OutSegment>> state_segments(const Trace& trace, const std::ve
         }
         ++initial_found;
       }
-      segment.blocks.push_back({block.address, block.size, requested, state_of});
+      const std::uint32_t stack = live != live_at_end.end() && !block_stack.empty() ? block_stack[live->second] : 0;
+      segment.blocks.push_back({block.address, block.size, requested, state_of, stack});
       cursor = block.address + block.size;
     }
     if (cursor < end) segment.blocks.push_back({cursor, end - cursor, 0, BlockState::inactive});
+    if (cut_to_runs) {
+      for (OutSegment& run : trace_detail::cut_to_mapped(segment, from.mapped)) segments.push_back(std::move(run));
+      continue;
+    }
     Address used_begin = end;
     Address used_end = from.address;
     for (auto it = std::lower_bound(used.begin(), used.end(), std::pair<Address, Address>{from.address, 0});
@@ -377,7 +374,26 @@ static_assert(static_cast<int>(SnapshotBlock::State::inactive) == static_cast<in
 
 // ---- The pickle.
 
-void write_segment(PickleWriter& out, const OutSegment& segment, int device) {
+// A stack as PyTorch writes `frames`: a list of {filename, line, name}, innermost first. Index 0 is none.
+void write_frames(PickleWriter& out, const std::vector<Stack>* stacks, std::uint32_t stack) {
+  out.memo_string("frames");
+  out.begin_list();
+  if (stacks != nullptr && stack != 0) {
+    for (const StackFrame& frame : (*stacks)[stack]) {
+      out.begin_dict();
+      out.memo_string("filename");
+      out.memo_string(frame.filename);
+      out.memo_string("line");
+      out.integer(frame.line);
+      out.memo_string("name");
+      out.memo_string(frame.name);
+      out.end_dict();
+    }
+  }
+  out.end_list();
+}
+
+void write_segment(PickleWriter& out, const OutSegment& segment, int device, const std::vector<Stack>* stacks) {
   Bytes allocated = 0, active = 0, requested = 0;
   for (const OutBlock& block : segment.blocks) {
     if (block.state == BlockState::active_allocated) allocated += block.size;
@@ -412,9 +428,7 @@ void write_segment(PickleWriter& out, const OutSegment& segment, int device) {
   out.end_tuple();
   out.memo_string("is_expandable");  // virtual memory management, as with PyTorch's expandable segments
   out.boolean(true);
-  out.memo_string("frames");
-  out.begin_list();
-  out.end_list();
+  write_frames(out, nullptr, 0);
   out.memo_string("blocks");
   out.begin_list();
   for (const OutBlock& block : segment.blocks) {
@@ -427,9 +441,7 @@ void write_segment(PickleWriter& out, const OutSegment& segment, int device) {
     out.unsigned_integer(block.requested);
     out.memo_string("state");
     out.memo_string(state_name(block.state));
-    out.memo_string("frames");
-    out.begin_list();
-    out.end_list();
+    write_frames(out, stacks, block.stack);
     out.end_dict();
   }
   out.end_list();
@@ -437,7 +449,7 @@ void write_segment(PickleWriter& out, const OutSegment& segment, int device) {
 }
 
 void write_entry(PickleWriter& out, std::string_view action, const Trace& trace, const TraceEvent& event,
-                 Address address) {
+                 Address address, const std::vector<Stack>* stacks, std::uint32_t stack) {
   out.begin_dict();
   out.memo_string("action");
   out.memo_string(action);
@@ -451,25 +463,180 @@ void write_entry(PickleWriter& out, std::string_view action, const Trace& trace,
     out.memo_string("time_us");
     out.integer(event.time_us);
   }
-  out.memo_string("frames");
-  out.begin_list();
-  out.end_list();
+  write_frames(out, stacks, stack);
+  out.end_dict();
+}
+
+void write_segment_entry(PickleWriter& out, const trace_detail::SegmentEntry& entry) {
+  out.begin_dict();
+  out.memo_string("action");
+  out.memo_string(entry.action);
+  out.memo_string("addr");
+  out.unsigned_integer(entry.address);
+  out.memo_string("size");
+  out.unsigned_integer(entry.size);
+  out.memo_string("stream");
+  out.integer(static_cast<std::int64_t>(static_cast<std::uint64_t>(entry.stream)));  // as above
+  write_frames(out, nullptr, 0);
   out.end_dict();
 }
 
 // A free is free_requested then free_completed at once: the caller let go and the block was reusable at
-// the same moment (MemoryViz shows the pair as one "free").
-void write_events(PickleWriter& out, const Trace& trace, const std::vector<Address>& addresses) {
+// the same moment (MemoryViz shows the pair as one "free"). Segment entries go before the event they precede;
+// a free carries its block's stack, as PyTorch's free entries carry the allocation's.
+void write_events(PickleWriter& out, const Trace& trace, const std::vector<Address>& addresses,
+                  const std::vector<trace_detail::SegmentEntry>& segment_entries, const std::vector<Stack>* stacks,
+                  const std::vector<std::uint32_t>& block_stack) {
   out.begin_list();
-  for (const TraceEvent& event : trace.events) {
+  std::size_t next_entry = 0;
+  auto entries_before = [&](std::size_t index) {
+    for (; next_entry < segment_entries.size() && segment_entries[next_entry].before_event == index; ++next_entry) {
+      write_segment_entry(out, segment_entries[next_entry]);
+    }
+  };
+  for (std::size_t index = 0; index < trace.events.size(); ++index) {
+    entries_before(index);
+    const TraceEvent& event = trace.events[index];
+    const std::uint32_t stack = block_stack.empty() ? 0 : block_stack[event.block];
     if (event.kind == TraceEventKind::alloc) {
-      write_entry(out, "alloc", trace, event, addresses[event.block]);
+      write_entry(out, "alloc", trace, event, addresses[event.block], stacks, stack);
     } else if (event.kind == TraceEventKind::free) {
-      write_entry(out, "free_requested", trace, event, addresses[event.block]);
-      write_entry(out, "free_completed", trace, event, addresses[event.block]);
+      write_entry(out, "free_requested", trace, event, addresses[event.block], stacks, stack);
+      write_entry(out, "free_completed", trace, event, addresses[event.block], stacks, stack);
     }
   }
+  entries_before(trace.events.size());
   out.end_list();
+}
+
+// Without a state, the segments are what the changes leave: each held range tiled by the blocks live at the
+// end that start in it (a block that starts in none, such as a GMLake block over chunks mapped a second time,
+// is left out) and inactive blocks between them; then the pooled segment.
+std::vector<OutSegment> held_segments(const Trace& trace, const std::vector<BlockFacts>& facts,
+                                      const std::vector<Address>& addresses, const trace_detail::HeldMemory& held,
+                                      const std::vector<std::uint32_t>& block_stack) {
+  std::vector<BlockId> live_at_end;
+  for (BlockId id = 0; id < trace.block_count; ++id) {
+    if ((facts[id].initial || facts[id].allocated) && !facts[id].freed) live_at_end.push_back(id);
+  }
+  std::sort(live_at_end.begin(), live_at_end.end(), [&](BlockId a, BlockId b) { return addresses[a] < addresses[b]; });
+  std::vector<OutSegment> segments;
+  std::size_t next_live = 0;
+  for (const trace_detail::HeldRange& range : held.ranges) {
+    const Address end = range.address + range.size;
+    OutSegment segment{range.address, range.size, static_cast<std::uint64_t>(range.stream), range.size <= small_segment,
+                       {}};
+    Address cursor = range.address;
+    for (; next_live < live_at_end.size() && addresses[live_at_end[next_live]] < end; ++next_live) {
+      const BlockId id = live_at_end[next_live];
+      const Address address = addresses[id];
+      if (address < cursor) continue;  // before the range, or inside the block before it
+      if (address > cursor) segment.blocks.push_back({cursor, address - cursor, 0, BlockState::inactive});
+      Address block_end = std::min<Address>(address + footprint(facts[id].size), end);
+      if (next_live + 1 < live_at_end.size()) block_end = std::min(block_end, addresses[live_at_end[next_live + 1]]);
+      segment.blocks.push_back({address, block_end - address, facts[id].size, BlockState::active_allocated,
+                                block_stack.empty() ? 0 : block_stack[id]});
+      cursor = block_end;
+    }
+    if (cursor < end) segment.blocks.push_back({cursor, end - cursor, 0, BlockState::inactive});
+    segments.push_back(std::move(segment));
+  }
+  if (held.pooled > 0) segments.push_back(trace_detail::pooled_segment(held.pooled));
+  return segments;
+}
+
+// The stack of each block's alloc (0: none), from the events' stacks.
+Result<std::vector<std::uint32_t>> block_stacks(const Trace& trace, const SnapshotWriteOptions& options) {
+  if (options.event_stacks == nullptr || options.event_stacks->empty()) return std::vector<std::uint32_t>{};
+  const std::vector<std::uint32_t>& event_stacks = *options.event_stacks;
+  if (event_stacks.size() != trace.events.size()) {
+    return invalid(fmt::format("{} event stacks for {} events", event_stacks.size(), trace.events.size()));
+  }
+  const std::size_t known = options.stacks == nullptr ? 0 : options.stacks->size();
+  std::vector<std::uint32_t> stacks(trace.block_count, 0);
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    if (event_stacks[i] == 0) continue;
+    if (event_stacks[i] >= known) {
+      return invalid(fmt::format("event {} names stack {}; there are {}", i, event_stacks[i], known));
+    }
+    if (trace.events[i].kind == TraceEventKind::alloc) stacks[trace.events[i].block] = event_stacks[i];
+  }
+  return stacks;
+}
+
+// The segment changes as entries, and the segments they leave; `relabel`: the changes' streams as the state's
+// segments that hold them say (an observer of mappings knows no stream).
+struct ChangeLayout {
+  std::vector<trace_detail::SegmentEntry> entries;
+  std::optional<trace_detail::HeldMemory> held;  // changes from empty without a state
+};
+
+Result<ChangeLayout> lay_out_changes(const Trace& trace, const SnapshotWriteOptions& options) {
+  const std::vector<SegmentChange>& given = *options.segment_changes;
+  std::vector<SegmentChange> relabeled;
+  if (options.state != nullptr) {
+    // By address: the state's segments do not overlap.
+    std::map<Address, const SnapshotSegment*> by_address;
+    for (const SnapshotSegment& segment : options.state->segments) by_address.emplace(segment.address, &segment);
+    relabeled = given;
+    for (SegmentChange& change : relabeled) {
+      if (change.kind == SegmentChange::Kind::pooled || change.kind == SegmentChange::Kind::unpooled) continue;
+      auto it = by_address.upper_bound(change.address);
+      if (it == by_address.begin()) continue;
+      const SnapshotSegment& segment = *std::prev(it)->second;
+      if (change.address < segment.address + segment.total_size) change.stream = segment.stream;
+    }
+  }
+  const std::vector<SegmentChange>& changes = options.state != nullptr ? relabeled : given;
+  ChangeLayout layout;
+  Bytes pooled_before = 0;
+  if (options.changes_from_empty) {
+    Result<trace_detail::HeldMemory> held = trace_detail::fold_segment_changes(changes);
+    if (!held) return std::move(held).error();
+    if (options.state != nullptr) {
+      // The state must be where the changes lead: the same runs mapped, the same bytes pooled.
+      std::vector<MappedRange> state_runs;
+      for (const SnapshotSegment& segment : options.state->segments) {
+        state_runs.insert(state_runs.end(), segment.mapped.begin(), segment.mapped.end());
+      }
+      std::sort(state_runs.begin(), state_runs.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+      std::vector<MappedRange> change_runs;
+      for (const trace_detail::HeldRange& range : held->ranges) change_runs.push_back({range.address, range.size});
+      auto merge = [](std::vector<MappedRange>& runs) {
+        std::vector<MappedRange> merged;
+        for (const MappedRange& run : runs) {
+          if (!merged.empty() && merged.back().address + merged.back().size == run.address) {
+            merged.back().size += run.size;
+          } else {
+            merged.push_back(run);
+          }
+        }
+        runs = std::move(merged);
+      };
+      merge(state_runs);
+      merge(change_runs);
+      if (state_runs != change_runs || held->pooled != options.state->pooled_bytes) {
+        return invalid(fmt::format("the segment changes leave {} mapped runs and {} bytes pooled; the state has {} "
+                                   "mapped runs and {} bytes pooled",
+                                   change_runs.size(), held->pooled, state_runs.size(), options.state->pooled_bytes));
+      }
+    } else {
+      layout.held = std::move(*held);
+    }
+  } else {
+    if (options.state == nullptr) return invalid("segment changes of a window need the allocator's state at its end");
+    const std::int64_t before = static_cast<std::int64_t>(options.state->pooled_bytes) - trace_detail::pooled_change(changes);
+    if (before < 0) {
+      return invalid(fmt::format("the segment changes pool {} bytes more than the state holds",
+                                 -before));
+    }
+    pooled_before = static_cast<Bytes>(before);
+  }
+  Result<std::vector<trace_detail::SegmentEntry>> entries =
+      trace_detail::segment_entries(changes, trace.events.size(), pooled_before);
+  if (!entries) return std::move(entries).error();
+  layout.entries = std::move(*entries);
+  return layout;
 }
 
 Result<int> device_of(const Trace& trace, const SnapshotWriteOptions& options) {
@@ -508,11 +675,23 @@ Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vecto
   if (!addresses.empty()) {
     if (Result<void> checked = check_addresses(trace, addresses); !checked) return std::move(checked).error();
   }
+  Result<std::vector<std::uint32_t>> block_stack = block_stacks(trace, options);
+  if (!block_stack) return std::move(block_stack).error();
+  ChangeLayout changes;
+  if (options.segment_changes != nullptr) {
+    Result<ChangeLayout> laid_out = lay_out_changes(trace, options);
+    if (!laid_out) return std::move(laid_out).error();
+    changes = std::move(*laid_out);
+  }
   std::vector<OutSegment> segments;
   if (options.state != nullptr) {
-    Result<std::vector<OutSegment>> from_state = state_segments(trace, facts, where, *options.state);
+    const bool cut = options.segment_changes != nullptr;
+    Result<std::vector<OutSegment>> from_state = state_segments(trace, facts, where, *options.state, *block_stack, cut);
     if (!from_state) return std::move(from_state).error();
     segments = std::move(*from_state);
+    if (cut && options.state->pooled_bytes > 0) segments.push_back(trace_detail::pooled_segment(options.state->pooled_bytes));
+  } else if (changes.held) {
+    segments = held_segments(trace, facts, where, *changes.held, *block_stack);
   } else {
     segments = synthesize_segments(trace, facts, where);
   }
@@ -522,7 +701,7 @@ Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vecto
   out.begin_dict();
   out.memo_string("segments");
   out.begin_list();
-  for (const OutSegment& segment : segments) write_segment(out, segment, *device);
+  for (const OutSegment& segment : segments) write_segment(out, segment, *device, options.stacks);
   out.end_list();
   out.memo_string("device_traces");
   out.begin_list();
@@ -530,7 +709,7 @@ Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vecto
     out.begin_list();
     out.end_list();
   }
-  write_events(out, trace, where);
+  write_events(out, trace, where, changes.entries, options.stacks, *block_stack);
   out.end_list();
   out.end_dict();
   return out.finish();
@@ -548,6 +727,11 @@ Result<void> write_history_snapshot(const AllocationHistory& history, const std:
   SnapshotWriteOptions options;
   options.device = device;
   options.state = &history.state;
+  // A window of a longer run: what was mapped before it is in the state's mapped runs.
+  options.segment_changes = &history.segment_changes;
+  options.changes_from_empty = false;
+  options.stacks = &history.stacks;
+  options.event_stacks = &history.event_stacks;
   return write_pytorch_snapshot(history.trace, history.addresses, path, options);
 }
 

@@ -16,6 +16,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
@@ -434,6 +436,47 @@ TEST(CApiHost, TheHistoryWritesASnapshotThatTesserasReaderReadsBack) {
     for (std::size_t i = 1; i < 10; i += 2) tessera_free(blocks[i], (i + 1) * 10000, 0, nullptr);
     EXPECT_EQ(tessera_dump_snapshot("/nonexistent-directory/x.pickle", 0), -1);
     EXPECT_TRUE(contains(last_error(), "/nonexistent-directory/x.pickle")) << last_error();
+  });
+}
+
+// A stack capture installed through the C ABI: each recorded alloc files what it writes, when `ready` lets it
+// run on the allocating thread; the snapshot carries the frames.
+int stacks_ready = 1;
+int stack_captures = 0;
+const void* ready_for_stacks() { return stacks_ready != 0 ? &stacks_ready : nullptr; }
+int capture_two_frames(char* buffer, size_t capacity) {
+  ++stack_captures;
+  const std::string text = "/work/model.py\t42\tforward\nnot a frame\n/work/train.py\t7\t<module>\n";
+  if (text.size() > capacity) return 0;
+  std::memcpy(buffer, text.data(), text.size());
+  return static_cast<int>(text.size());
+}
+
+TEST(CApiHost, HistoryStacksComeFromTheInstalledCapture) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    ASSERT_EQ(tessera_record_memory_history(10000), 0) << last_error();
+    ASSERT_EQ(tessera_set_history_stacks(capture_two_frames, ready_for_stacks), 0) << last_error();
+    void* with_stack = tessera_alloc(4096, 0, nullptr);
+    stacks_ready = 0;  // the thread may not run the capture now
+    void* not_ready = tessera_alloc(4096, 0, nullptr);
+    stacks_ready = 1;
+    ASSERT_EQ(tessera_set_history_stacks(nullptr, nullptr), 0) << last_error();
+    void* stopped = tessera_alloc(4096, 0, nullptr);
+    ASSERT_TRUE(with_stack && not_ready && stopped) << last_error();
+    EXPECT_EQ(stack_captures, 1);
+    const auto path = temporary_path("capi-stacks.pickle");
+    ASSERT_EQ(tessera_dump_snapshot(path.c_str(), 0), 0) << last_error();
+    std::ifstream file(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    // The frames as the pickle spells them; the unparsable line is dropped.
+    EXPECT_TRUE(contains(bytes, "/work/model.py")) << "the first frame";
+    EXPECT_TRUE(contains(bytes, "<module>")) << "the second frame";
+    EXPECT_FALSE(contains(bytes, "not a frame"));
+    auto trace = tessera::read_pytorch_snapshot(path);
+    ASSERT_TRUE(trace.ok()) << tessera::describe(trace.error());
+    EXPECT_EQ(tessera::summarize(*trace).allocs, 3U);
+    std::filesystem::remove(path);
+    for (void* block : {with_stack, not_ready, stopped}) tessera_free(block, 4096, 0, nullptr);
   });
 }
 

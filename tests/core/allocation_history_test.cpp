@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -9,6 +12,7 @@
 #include "tessera/drivers.hpp"
 #include "tessera/trace.hpp"
 #include "support/must.hpp"
+#include "trace/pickle_reader.hpp"
 
 namespace tessera {
 namespace {
@@ -93,7 +97,9 @@ TEST_F(HistoryTest, ResizingKeepsTheNewestAndZeroForgets) {
   AllocationHistory history = allocator_->history();
   ASSERT_EQ(history.trace.events.size(), 2u);
   EXPECT_EQ(history.trace.events[1].size, 6u * 1024);
-  EXPECT_EQ(history.dropped_events, 4u);
+  // The ring holds the segment changes too, as PyTorch's holds its segment entries: the page mapped for the
+  // first block and the first four allocs fell out.
+  EXPECT_EQ(history.dropped_events, 5u);
   allocator_->record_history(0);
   free(blocks[0]);
   history = allocator_->history();
@@ -135,6 +141,117 @@ TEST_F(HistoryTest, TheSnapshotFileReadsBackAsTheSameTrace) {
     EXPECT_EQ(read->events[i].size, history.trace.events[i].size) << i;
     EXPECT_EQ(stream_read(read->events[i].stream), stream_recorded(history.trace.events[i].stream)) << i;
   }
+  std::filesystem::remove(path);
+}
+
+// The history's segment changes, written as segment entries, add up to the allocator's reserved bytes after
+// every alloc and before every free (a free's changes come after it), and to what is reserved at the end;
+// the snapshot's segments hold exactly that. Pages are mapped, unmapped (empty_cache) and pooled on the way.
+TEST_F(HistoryTest, SegmentEntriesFollowTheReservedBytes) {
+  const Address before = alloc(3 * MiB);  // mapped before recording: the window starts with memory held
+  const Bytes reserved_before = allocator_->stats().reserved_bytes;
+  ASSERT_GT(reserved_before, 0u);
+  allocator_->record_history(100000);
+  std::vector<Bytes> reserved_after;  // after each alloc and free, in order
+  auto note = [&] { reserved_after.push_back(allocator_->stats().reserved_bytes); };
+  std::vector<Address> live;
+  for (int i = 0; i < 40; ++i) {
+    live.push_back(alloc(static_cast<Bytes>(900 + (i % 7) * 700000), i % 3 == 0 ? stream_b : stream_a));
+    note();
+    if (i % 3 == 2) {
+      free(live.front());
+      live.erase(live.begin());
+      note();
+    }
+    if (i % 10 == 9) {
+      ASSERT_TRUE(allocator_->empty_cache());
+    }
+  }
+  free(before);
+  note();
+  const AllocationHistory history = allocator_->history();
+  ASSERT_FALSE(history.segment_changes.empty());
+  const auto path = std::filesystem::path(::testing::TempDir()) / "tessera_history_segments.pickle";
+  ASSERT_TRUE(write_history_snapshot(history, path, 0));
+  auto read = read_pytorch_recording(path);
+  ASSERT_TRUE(read) << describe(read.error());
+  EXPECT_TRUE(read->reserved_consistent);
+  EXPECT_EQ(read->final_reserved, allocator_->stats().reserved_bytes);
+  EXPECT_EQ(read->initial_reserved, reserved_before) << "the window starts with what was held before it";
+  ASSERT_EQ(read->reserved_after.size(), reserved_after.size());
+  // reserved_after[i] in the reader counts the segment entries read before event i's entry: an alloc's come
+  // before it, a free's after it, so a free is compared with the figure before it.
+  for (std::size_t i = 0; i < reserved_after.size(); ++i) {
+    const bool is_free = read->trace.events[i].kind == TraceEventKind::free;
+    const Bytes expected = is_free ? (i == 0 ? read->initial_reserved : reserved_after[i - 1]) : reserved_after[i];
+    EXPECT_EQ(read->reserved_after[i], expected) << "event " << i;
+  }
+  bool unmapped = false;
+  for (const SegmentChange& change : history.segment_changes) unmapped = unmapped || change.kind == SegmentChange::Kind::unmap;
+  EXPECT_TRUE(unmapped) << "empty_cache gives pages back";
+  std::filesystem::remove(path);
+}
+
+// With a stack capture, each recorded alloc files the stack the capture returned, and the snapshot writes it
+// as the frames of the alloc, of its free and of the block while it is live. The capture runs before the
+// allocator's lock is taken: it may call into the allocator (as an interpreter's other threads may).
+TEST_F(HistoryTest, StacksGoWithTheirAllocs) {
+  allocator_->record_history(1000);
+  int captures = 0;
+  allocator_->set_history_stacks([&] {
+    ++captures;
+    (void)allocator_->stats();  // takes the allocator's lock: a deadlock if the capture ran under it
+    return std::make_shared<const Stack>(
+        Stack{{"model.py", static_cast<std::uint32_t>(10 + captures), "forward"}, {"train.py", 3, "<module>"}});
+  });
+  const Address a = alloc(1000);
+  const Address b = alloc(5000);
+  free(a);
+  allocator_->set_history_stacks({});
+  const Address c = alloc(2000);
+  EXPECT_EQ(captures, 2);
+  const AllocationHistory history = allocator_->history();
+  ASSERT_EQ(history.event_stacks.size(), history.trace.events.size());
+  ASSERT_EQ(history.trace.events.size(), 4u);
+  const Stack& first = history.stacks.at(history.event_stacks[0]);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0], (StackFrame{"model.py", 11, "forward"}));
+  EXPECT_EQ(history.stacks.at(history.event_stacks[1])[0].line, 12u);
+  EXPECT_EQ(history.event_stacks[3], 0u) << "no capture, no stack";
+
+  const auto path = std::filesystem::path(::testing::TempDir()) / "tessera_history_stacks.pickle";
+  ASSERT_TRUE(write_history_snapshot(history, path, 0));
+  std::ifstream file(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto tree = trace_detail::parse_pickle(bytes, "stacks");
+  ASSERT_TRUE(tree) << tree.error().message;
+  auto text = [&](trace_detail::PickleRef dict, std::string_view key) {
+    return std::string(tree->string(*tree->find(dict, key)).value_or(""));
+  };
+  std::vector<std::string> seen;  // action: first frame's name and line
+  for (const auto entry : tree->items(tree->items(*tree->find(tree->root(), "device_traces"))[0])) {
+    const std::string action = text(entry, "action");
+    if (action.starts_with("segment")) continue;
+    const auto frames = tree->items(*tree->find(entry, "frames"));
+    seen.push_back(action + ":" + (frames.empty() ? std::string("-")
+                                                  : text(frames[0], "name") + "@" +
+                                                        std::to_string(*tree->integer(*tree->find(frames[0], "line")))));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"alloc:forward@11", "alloc:forward@12", "free_requested:forward@11",
+                                            "free_completed:forward@11", "alloc:-"}));
+  // The live block b carries its stack in the segments.
+  bool block_has_stack = false;
+  for (const auto segment : tree->items(*tree->find(tree->root(), "segments"))) {
+    for (const auto block : tree->items(*tree->find(segment, "blocks"))) {
+      const auto frames = tree->items(*tree->find(block, "frames"));
+      if (*tree->integer(*tree->find(block, "address")) == static_cast<std::int64_t>(b) && !frames.empty()) {
+        block_has_stack = text(frames[0], "name") == "forward";
+      }
+    }
+  }
+  EXPECT_TRUE(block_has_stack);
+  free(b);
+  free(c);
   std::filesystem::remove(path);
 }
 

@@ -29,8 +29,8 @@ struct ReplayCommandOptions {
   std::string snapshot;  // a PyTorch snapshot of the first allocator's replay
 };
 
-// The replay of the first allocator asked for, as a PyTorch snapshot that memory_viz opens: its addresses
-// and, for the tessera allocator, its segments and blocks at the end.
+// The replay of the first allocator asked for, as a PyTorch snapshot that memory_viz opens: its addresses,
+// what it mapped and unmapped as it went and, for the tessera allocator, its segments and blocks at the end.
 int write_snapshot(const Trace& trace, const ReplayResult& result, const std::string& path) {
   if (!result.failure.empty()) {
     fmt::print(stderr, "tessera replay: --snapshot: the {} replay failed; no snapshot written\n", result.allocator);
@@ -43,6 +43,7 @@ int write_snapshot(const Trace& trace, const ReplayResult& result, const std::st
   }
   SnapshotWriteOptions write_options;
   if (result.final_state) write_options.state = &*result.final_state;
+  write_options.segment_changes = &result.segment_changes;  // the reserved bytes as they went
   if (auto written = write_pytorch_snapshot(trace, result.addresses, path, write_options); !written) {
     fmt::print(stderr, "tessera replay: --snapshot: {}\n", written.error().message);
     return exit_failure;
