@@ -122,6 +122,12 @@ class TorchViews(unittest.TestCase):
         torch.cuda.memory._record_memory_history("all", max_entries=4)
         kept = [torch.empty(1000 + i, dtype=torch.uint8) for i in range(10)]
         self.assertLessEqual(len(tessera._snapshot()["device_traces"][0]), 4 * 2, "a ring of 4 (a free writes two)")
+        # torch's default stacks="all": the Python frames of each allocation (C++ ones are not recorded).
+        allocs = [event for event in tessera._snapshot()["device_traces"][0] if event["action"] == "alloc"]
+        self.assertTrue(allocs)
+        here = sys._getframe().f_code.co_name
+        for event in allocs:
+            self.assertIn(here, [frame["name"] for frame in event.get("frames", [])], event)
         with self.assertRaises(tessera.TesseraValueError):
             torch.cuda.memory._record_memory_history("sometimes")
         with self.assertRaises(TypeError):
