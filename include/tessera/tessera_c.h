@@ -201,8 +201,9 @@ TESSERA_C_API int tessera_reset_peak_memory_stats(int device);
  * forgets. */
 TESSERA_C_API int tessera_record_memory_history(size_t max_entries);
 /* Writes the history and the current segments of `device` as a PyTorch snapshot file (a pickle that
- * pytorch.org/memory_viz opens; gzip when the path ends in ".gz"). Without a history and without a live block
- * it is the segments alone (those no block reached are left out) and no event. -1 when the device has no
+ * pytorch.org/memory_viz opens; gzip when the path ends in ".gz"): the recorded allocs and frees, the pages mapped
+ * and unmapped between them as segment entries, and as segments the memory mapped now and the page pool. Without
+ * a history and without a live block it is the segments alone and no event. -1 when the device has no
  * allocator. */
 TESSERA_C_API int tessera_dump_snapshot(const char* path, int device);
 
