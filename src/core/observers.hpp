@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "core/history_recorder.hpp"
@@ -53,8 +54,8 @@ class Observers {
   // Notes the events after which a pool may hold something else: pages mapped or unmapped, and a shared
   // block built (its pages are mapped before it joins the allocator's list of shared blocks).
   struct PoolWatch final : AllocatorObserver {
-    void pages_mapped(std::uint64_t, Bytes) override { moved = true; }
-    void pages_unmapped(std::uint64_t, Bytes) override { moved = true; }
+    void pages_mapped(std::span<const PageMapping>) override { moved = true; }
+    void pages_unmapped(std::span<const PageMapping>) override { moved = true; }
     void shared(std::uint64_t) override { moved = true; }
     bool moved = false;
   };
