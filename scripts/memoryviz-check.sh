@@ -12,13 +12,14 @@
 # from an installed PyTorch recent enough to have it (Debian 12's python3-torch 1.13 predates it). Its d3 imports
 # point at a CDN; they are replaced by the d3 v5 bundle of Debian's node-d3 (apt-get install node-d3), or the
 # file D3_JS names. SNAPSHOT may be gzipped (.gz). OUT_DIR (default: a temporary directory) receives the pages,
-# one screenshot per view and check.json. Not run in CI: the viewer is not at hand there; the CI test
-# tests/replay/replay_snapshot_test.cpp pins the segment entries this checks.
+# a screenshot and a JSON report per view (timeline, state, segments: .html, .png, .json). Not run in CI: the
+# viewer is not at hand there; the CI test tests/replay/replay_snapshot_test.cpp pins the segment entries this
+# checks.
 # Exit status: 0 the checks pass, 1 they fail, 2 a missing tool or file.
 set -uo pipefail
 
 if (($# < 2)); then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 memoryviz=$1 snapshot=$2
@@ -162,6 +163,6 @@ for problem in problems:
 sys.exit(1 if problems else 0)
 PYTHON
 done
-echo "pages, screenshots and check.json files: $out"
+echo "pages, screenshots and JSON reports: $out"
 ((status == 0)) && echo "MemoryViz draws the snapshot: no error, reserved bytes as the segment entries say" || echo "FAILED"
 exit $status
