@@ -44,15 +44,16 @@ std::uintptr_t raw(StreamId id) { return static_cast<std::uintptr_t>(id); }
 
 using Witness = test_support::StreamWitness;
 
-// The bytes a block filled with `seed` holds: a word pattern, cheap to make and compare.
-std::vector<unsigned char> pattern(std::uint64_t seed, Bytes size) {
-  std::vector<unsigned char> bytes(align_up(size, 8));
+// The bytes a block filled with `seed` holds: a word pattern, cheap to make and compare. Written into a
+// buffer the caller keeps: a fresh multi-MiB vector per check costs a page fault per page (under ASan an
+// mmap each), which was most of this file's time.
+void fill_pattern(std::uint64_t seed, std::vector<unsigned char>& bytes, Bytes size) {
+  bytes.resize(align_up(size, 8));
   for (Bytes word = 0; word < bytes.size() / 8; ++word) {
     const std::uint64_t value = (seed + 1) * 0x9e3779b97f4a7c15ull ^ (word + 1) * 0xbf58476d1ce4e5b9ull;
     std::memcpy(&bytes[word * 8], &value, 8);
   }
   bytes.resize(size);
-  return bytes;
 }
 
 Bytes rounded(Bytes size) { return size < 512 ? 512 : align_up(size, 512); }
@@ -112,16 +113,16 @@ class Adversarial : public ::testing::Test {
   }
 
   void fill(Address at, Bytes size, std::uint64_t seed) {
-    const std::vector<unsigned char> bytes = pattern(seed, size);
-    must(driver_->write(at, bytes.data(), size));
+    fill_pattern(seed, expected_, size);
+    must(driver_->write(at, expected_.data(), size));
   }
   // Empty when the block holds its bytes; else what is wrong.
   std::optional<std::string> wrong(Address at, Bytes size, std::uint64_t seed) {
-    std::vector<unsigned char> bytes(size);
-    if (auto read = driver_->read(at, bytes.data(), size); !read) return describe(read.error());
-    const std::vector<unsigned char> expected = pattern(seed, size);
-    if (bytes == expected) return std::nullopt;
-    const auto differs = std::mismatch(bytes.begin(), bytes.end(), expected.begin()).first - bytes.begin();
+    read_.resize(size);
+    if (auto read = driver_->read(at, read_.data(), size); !read) return describe(read.error());
+    fill_pattern(seed, expected_, size);
+    if (read_ == expected_) return std::nullopt;
+    const auto differs = std::mismatch(read_.begin(), read_.end(), expected_.begin()).first - read_.begin();
     return fmt::format("byte {} of {:#x} changed", differs, at);
   }
 
@@ -314,6 +315,7 @@ class Adversarial : public ::testing::Test {
   // event leaked by a failing record_event followed by a failing destroy_event (tested on its own).
   bool tolerate_event_leaks_ = false;
   std::uint64_t seed_ = 1;
+  std::vector<unsigned char> read_, expected_;  // scratch for fill() and wrong(), kept between calls
 };
 
 // ---------------------------------------------------------------------------------------------------------
