@@ -1,11 +1,10 @@
 // Random operation sequences (seeded) on the host driver, with every invariant checked after every
 // operation and the data oracle: each live block keeps the bytes written into it at allocation through
-// every stitch, reclaim, garbage collection and empty_cache. Then the same from several threads.
+// every stitch, reclaim, garbage collection and empty_cache. From several threads: allocator_stress_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
-#include <thread>
 #include <unordered_map>
 
 #include "tessera/allocator.hpp"
@@ -137,56 +136,6 @@ TEST_P(AllocatorProperty, InvariantsAndDataHoldThroughRandomOperations) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, AllocatorProperty, ::testing::Range<std::uint64_t>(1, 25));
-
-TEST(AllocatorStress, ThreadsAllocateAndFreeConcurrentlyAndEverythingComesBack) {
-  constexpr int threads = 4;
-  constexpr int operations = 4000;
-  auto driver = must(make_host_driver({.capacity = 256 * granule, .granularity = granule}));
-  AllocatorConfig config;
-  config.small_max = 32 * KiB;
-  auto allocator = must(make_tessera_allocator(*driver, config));
-
-  std::atomic<int> corrupted{0};
-  std::atomic<int> unexpected{0};
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      std::mt19937_64 random(1000 + t);
-      std::vector<std::pair<Address, Live>> mine;
-      std::uint64_t seeds = static_cast<std::uint64_t>(t) << 32;
-      for (int i = 0; i < operations; ++i) {
-        if (mine.empty() || random() % 2 == 0) {
-          const Bytes size = random_size(random) / 4 + 1;
-          auto block = allocator->allocate(size, StreamId{static_cast<std::uintptr_t>(t % 2)});
-          if (!block) {
-            if (block.error().code != Errc::out_of_memory) ++unexpected;
-            continue;
-          }
-          write_pattern(*block, size, seeds);
-          mine.push_back({*block, Live{size, seeds++}});
-        } else {
-          const std::size_t index = random() % mine.size();
-          const auto [address, block] = mine[index];
-          if (first_wrong(address, block.size, block.seed) != -1) ++corrupted;
-          if (!allocator->deallocate(address)) ++unexpected;
-          mine[index] = mine.back();
-          mine.pop_back();
-        }
-      }
-      for (const auto& [address, block] : mine) {
-        if (first_wrong(address, block.size, block.seed) != -1) ++corrupted;
-        if (!allocator->deallocate(address)) ++unexpected;
-      }
-    });
-  }
-  for (std::thread& worker : workers) worker.join();
-  EXPECT_EQ(corrupted.load(), 0);
-  EXPECT_EQ(unexpected.load(), 0);
-  EXPECT_EQ(allocator->check(), std::nullopt);
-  must(allocator->empty_cache());
-  EXPECT_EQ(allocator->stats().reserved_bytes, 0u);
-  EXPECT_EQ(driver->census().pages, 0u);
-}
 
 }  // namespace
 }  // namespace tessera

@@ -1,7 +1,7 @@
 // The stress test: 8 threads × 4 streams of random allocate / free / record_stream on one allocator,
 // a fixed count of operations, blocks handed between threads (a tensor freed by another thread), a
 // monitor thread reading stats, snapshots and check() meanwhile. Built for ThreadSanitizer (the tsan
-// preset runs every test named *Stress*); in every build it checks the data oracle — each live block keeps
+// preset runs this binary, tessera_thread_tests); in every build it checks the data oracle — each live block keeps
 // the bytes written into it — and the end state: after everything is freed and empty_cache, nothing is
 // reserved and the driver holds no page, mapping, reservation of a page, or event.
 #include <gtest/gtest.h>
@@ -201,6 +201,63 @@ TEST(AllocatorStress, EightThreadsFourStreamsEndEmpty) {
               static_cast<unsigned long long>(stats.common.peak_reserved_bytes / MiB),
               static_cast<unsigned long long>(stats.pages_stitched),
               static_cast<unsigned long long>(stats.pages_reclaimed), static_cast<unsigned long long>(stats.syncs));
+}
+
+struct Live {
+  Bytes size;
+  std::uint64_t seed;
+};
+
+// Four threads on two streams, each allocating and freeing its own blocks: what the eight-thread test above
+// adds to (handed-over blocks, record_stream, a monitor), in its simplest form.
+TEST(AllocatorStress, ThreadsAllocateAndFreeConcurrentlyAndEverythingComesBack) {
+  constexpr int threads = 4;
+  constexpr int operations = 4000;
+  auto driver = must(make_host_driver({.capacity = 256 * granule, .granularity = granule}));
+  AllocatorConfig config;
+  config.small_max = 32 * KiB;
+  auto allocator = must(make_tessera_allocator(*driver, config));
+
+  std::atomic<int> corrupted{0};
+  std::atomic<int> unexpected{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 random(1000 + t);
+      std::vector<std::pair<Address, Live>> mine;
+      std::uint64_t seeds = static_cast<std::uint64_t>(t) << 32;
+      for (int i = 0; i < operations; ++i) {
+        if (mine.empty() || random() % 2 == 0) {
+          const Bytes size = random_size(random) / 4 + 1;
+          auto block = allocator->allocate(size, StreamId{static_cast<std::uintptr_t>(t % 2)});
+          if (!block) {
+            if (block.error().code != Errc::out_of_memory) ++unexpected;
+            continue;
+          }
+          write_pattern(*block, size, seeds);
+          mine.push_back({*block, Live{size, seeds++}});
+        } else {
+          const std::size_t index = random() % mine.size();
+          const auto [address, block] = mine[index];
+          if (!holds_pattern(address, block.size, block.seed)) ++corrupted;
+          if (!allocator->deallocate(address)) ++unexpected;
+          mine[index] = mine.back();
+          mine.pop_back();
+        }
+      }
+      for (const auto& [address, block] : mine) {
+        if (!holds_pattern(address, block.size, block.seed)) ++corrupted;
+        if (!allocator->deallocate(address)) ++unexpected;
+      }
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+  EXPECT_EQ(corrupted.load(), 0);
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_EQ(allocator->check(), std::nullopt);
+  must(allocator->empty_cache());
+  EXPECT_EQ(allocator->stats().reserved_bytes, 0u);
+  EXPECT_EQ(driver->census().pages, 0u);
 }
 
 }  // namespace

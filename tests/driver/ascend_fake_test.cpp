@@ -1,17 +1,18 @@
 // The ascend driver over the stand-in libascendcl (tests/driver/fake_ascend): what the conformance suite does
-// not reach. The device's reference count, aclInit's repeat, the per-thread context, the driver's own
-// alignment of reservations (ACL takes none), events that stay pending, the runtime's out of memory and its
-// messages; and the stand-in's own rules, so that a suite passing over it has met ACL's contract, not CUDA's.
+// not reach. The device's reference count, aclInit's repeat, the driver's own alignment of reservations (ACL
+// takes none), events that stay pending, the runtime's out of memory and its messages; and the stand-in's own
+// rules, so that a suite passing over it has met ACL's contract, not CUDA's. The per-thread context:
+// fake_platform_threads_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <optional>
 #include <stdexcept>
-#include <thread>
 #include <vector>
 
 #include "driver/dynamic_library.hpp"
 #include "driver_fixtures.hpp"
+#include "fake_platforms.hpp"
 
 #ifdef TESSERA_FAKE_ASCEND_LIBRARY
 
@@ -40,35 +41,6 @@ struct PhysicalMemProp {
 constexpr int hbm_mem_huge = 4;    // ACL_HBM_MEM_HUGE
 constexpr int hbm_mem_normal = 5;  // ACL_HBM_MEM_NORMAL
 
-// The stand-in's controls and ACL calls, through the same library the driver opens (one handle, one state).
-class FakeAscend : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto opened = DynamicLibrary::open(TESSERA_FAKE_ASCEND_LIBRARY);
-    ASSERT_TRUE(opened.ok()) << describe(opened.error());
-    fake_.emplace(std::move(*opened));
-    control<void()>("fake_ascend_reset")();
-  }
-  void TearDown() override {
-    if (fake_) control<void()>("fake_ascend_reset")();
-  }
-
-  template <class F>
-  F* control(const char* name) {
-    auto found = fake_->address(name);
-    if (!found) throw std::runtime_error(found.error().message);
-    return reinterpret_cast<F*>(*found);
-  }
-
-  Result<std::unique_ptr<Driver>> make(int device = 0) {
-    return make_ascend_driver({.device = device, .library = TESSERA_FAKE_ASCEND_LIBRARY});
-  }
-
-  int references() { return control<int(int)>("fake_ascend_device_references")(0); }
-  std::size_t live(const char* what) { return control<std::size_t()>(what)(); }
-
-  std::optional<DynamicLibrary> fake_;
-};
 
 std::vector<unsigned char> pattern(std::size_t size, unsigned seed) {
   std::vector<unsigned char> bytes(size);
@@ -232,31 +204,6 @@ TEST(FakeAscendOlderCann, EventsAreQueriedWithTheDeprecatedCall) {
   reinterpret_cast<void (*)()>(*opened->address("fake_ascend_reset"))();
 }
 #endif
-
-// ACL contexts are per thread: a thread without one runs the driver's calls in the device's context, and a
-// thread with a context of its own finds it current again after each call.
-TEST_F(FakeAscend, CallsFromOtherThreadsRunInTheDevicesContext) {
-  control<void(int)>("fake_ascend_set_device_count")(2);
-  auto made = make();
-  ASSERT_TRUE(made.ok()) << describe(made.error());
-  Driver& driver = **made;
-  std::thread bare([&] {
-    EXPECT_EQ(control<void*()>("fake_ascend_current_context")(), nullptr);
-    auto page = driver.create_page(2 * MiB);  // the stand-in refuses memory calls without a current context
-    ASSERT_TRUE(page.ok()) << describe(page.error());
-    EXPECT_TRUE(driver.release_page(*page).ok());
-  });
-  bare.join();
-
-  std::thread foreign([&] {
-    ASSERT_EQ(control<int(std::int32_t)>("aclrtSetDevice")(1), 0);
-    void* own = control<void*()>("fake_ascend_current_context")();
-    EXPECT_TRUE(driver.synchronize_device().ok());
-    EXPECT_EQ(control<void*()>("fake_ascend_current_context")(), own);
-    EXPECT_EQ(control<int(std::int32_t)>("aclrtResetDevice")(1), 0);
-  });
-  foreign.join();
-}
 
 // The stand-in holds the driver to ACL's rules, not CUDA's: without these, the suites passing over it would
 // prove less.

@@ -9,11 +9,11 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "driver/dynamic_library.hpp"
 #include "tessera/drivers.hpp"
+#include "fake_platforms.hpp"
 
 namespace tessera {
 namespace {
@@ -104,29 +104,7 @@ TEST(DynamicLibraryTest, AFoundSymbolIsCallable) {
 
 #ifdef TESSERA_FAKE_CUDA_LIBRARY
 
-// The fake's controls, reached through the same library the driver opens (one dlopen handle, one state).
-class FakeCuda : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto opened = DynamicLibrary::open(TESSERA_FAKE_CUDA_LIBRARY);
-    ASSERT_TRUE(opened.ok()) << describe(opened.error());
-    fake_.emplace(std::move(*opened));
-    control<void()>("fake_cuda_reset")();
-  }
-
-  template <class F>
-  F* control(const char* name) {
-    auto found = fake_->address(name);
-    if (!found) throw std::runtime_error(found.error().message);
-    return reinterpret_cast<F*>(*found);
-  }
-
-  Result<std::unique_ptr<Driver>> make(int device = 0) {
-    return make_cuda_driver({.device = device, .library = TESSERA_FAKE_CUDA_LIBRARY});
-  }
-
-  std::optional<DynamicLibrary> fake_;
-};
+using testing::FakeCuda;
 
 TEST_F(FakeCuda, NoDeviceIsSaidPlainly) {
   control<void(int)>("fake_cuda_set_init_result")(100);  // CUDA_ERROR_NO_DEVICE
@@ -245,28 +223,6 @@ TEST_F(FakeCuda, HostBuffersComeFromCuMemHostAllocAndGoWithTheDriver) {
     EXPECT_NE(buffer->data, nullptr);
   }
   EXPECT_EQ(control<std::size_t()>("fake_cuda_live_host_buffers")(), 0u) << "the destructor freed the leaked buffer";
-}
-
-// Any thread may call (one at a time): a thread without a context gets the primary one, and a thread with
-// its own context finds it current again after each call.
-TEST_F(FakeCuda, CallsFromOtherThreadsRunInThePrimaryContext) {
-  auto made = make();
-  ASSERT_TRUE(made.ok()) << describe(made.error());
-  Driver& driver = **made;
-  std::thread bare([&] {
-    auto event = driver.create_event();  // the fake refuses context-bound calls without a current context
-    ASSERT_TRUE(event.ok()) << describe(event.error());
-    EXPECT_TRUE(driver.destroy_event(*event).ok());
-  });
-  bare.join();
-
-  int other_context_object = 0;
-  std::thread foreign([&] {
-    control<void(void*)>("fake_cuda_set_current_context")(&other_context_object);
-    EXPECT_TRUE(driver.synchronize_device().ok());
-    EXPECT_EQ(control<void*()>("fake_cuda_current_context")(), &other_context_object);
-  });
-  foreign.join();
 }
 
 #endif  // TESSERA_FAKE_CUDA_LIBRARY
