@@ -1,4 +1,4 @@
-// The bar of issue #17: a snapshot written from a replay of a generated training workload holds segment
+// A snapshot written from a replay of a generated training workload holds segment
 // events whose running sum equals the replay's reserved bytes at every event, for Tessera's allocator and
 // every baseline model, at unlimited capacity and at the smallest that fits (where the models give memory
 // back). The reference is the replay's own series, one point per event; the snapshot is read as a pickle, not
