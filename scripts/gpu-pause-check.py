@@ -8,6 +8,11 @@ under a backed-up region and a KV-cache-like tensor under another, pauses both, 
   - after resume every weight sits at the same address and equals, bit for bit, a copy taken on the host
     before the pause, and a training step goes on.
 
+Then it times what the host bar of docs/benchmarks.md measures on the host driver, on the device: a tag holding
+1 GiB in blocks of 64 MiB paused with backup and resumed (the backup buffers kept from a first, untimed cycle),
+against copying the same bytes to pinned host buffers and back with `copy_`, in the same run (medians of three).
+The figures and their ratio go into gpu-pause.json (`timing`); the ratio is reported, not a check.
+
     python3 scripts/gpu-pause-check.py --out gpu-out [--library build-gpu/src/capi/libtessera_c.so]
 
 Uses the machine's own PyTorch. Without PyTorch or a CUDA device it prints SKIPPED and why, and exits 0. Exit 1
@@ -18,10 +23,56 @@ project is lent (docs/gpu.md).
 import argparse
 import json
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def time_pause_against_copy(torch, tessera, device, synchronize, pin=True, blocks=16, block_bytes=64 << 20):
+    """Medians (ms) of pause + resume with backup of a tag holding blocks x block_bytes, and of copying the same
+    bytes to ready host buffers and back; and whether every block still holds its value afterwards."""
+    with tessera.region("timed", enable_cpu_backup=True):
+        tensors = [torch.full((block_bytes,), index % 251, dtype=torch.uint8, device=device) for index in range(blocks)]
+    host = [torch.empty(block_bytes, dtype=torch.uint8) for _ in range(blocks)]
+    if pin:
+        host = [buffer.pin_memory() for buffer in host]
+
+    def timed(step):
+        times = []
+        for _ in range(3):
+            synchronize()
+            start = time.perf_counter()
+            step()
+            synchronize()
+            times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times)
+
+    def cycle():
+        tessera.pause("timed")
+        tessera.resume("timed")
+
+    def copies():
+        for buffer, tensor in zip(host, tensors):
+            buffer.copy_(tensor)
+        for buffer, tensor in zip(host, tensors):
+            tensor.copy_(buffer)
+
+    cycle()  # allocates the backup buffers, which the backup cache keeps
+    copies()  # the same for the copies: warm buffers on both sides
+    pause_resume_ms = timed(cycle)
+    copy_ms = timed(copies)
+    intact = all(bool((tensor == index % 251).all()) for index, tensor in enumerate(tensors))
+    del tensors
+    return {
+        "bytes": blocks * block_bytes,
+        "pause_resume_ms": pause_resume_ms,
+        "copy_there_and_back_ms": copy_ms,
+        "ratio": pause_resume_ms / copy_ms,
+        "values_intact": intact,
+    }
 
 
 def main():
@@ -93,6 +144,8 @@ def main():
         "weights equal bit for bit": equal,
         "training goes on": result["loss_after_resume"] == result["loss_after_resume"],
     }
+    result["timing"] = time_pause_against_copy(torch, tessera, device, torch.cuda.synchronize)
+    checks["timed blocks intact"] = result["timing"]["values_intact"]
     result["checks"] = checks
     Path(arguments.out).mkdir(parents=True, exist_ok=True)
     (Path(arguments.out) / "gpu-pause.json").write_text(json.dumps(result, indent=1))
