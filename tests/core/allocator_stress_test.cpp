@@ -1,9 +1,9 @@
 // The stress test: 8 threads × 4 streams of random allocate / free / record_stream on one allocator,
 // a fixed count of operations, blocks handed between threads (a tensor freed by another thread), a
 // monitor thread reading stats, snapshots and check() meanwhile. Built for ThreadSanitizer (the tsan
-// preset runs this binary, tessera_thread_tests); in every build it checks the data oracle — each live block keeps
-// the bytes written into it — and the end state: after everything is freed and empty_cache, nothing is
-// reserved and the driver holds no page, mapping, reservation of a page, or event.
+// preset runs this binary, tessera_thread_tests); in every build it checks the data oracle — each live
+// block keeps the bytes written into it — and the end state: after everything is freed and empty_cache,
+// nothing is reserved and the driver holds no page, mapping, reservation of a page, or event.
 #include <gtest/gtest.h>
 
 #include <atomic>
