@@ -12,6 +12,7 @@
 #include <deque>
 
 #include "workload/emitter.hpp"
+#include "workload/event_estimate.hpp"
 #include "workload/model.hpp"
 #include "workload/random.hpp"
 #include "workload/workloads.hpp"
@@ -138,7 +139,7 @@ class Server {
 
   void reserve_cache(Request& request, std::uint64_t tokens) {
     if (s_.paged) {
-      while (request.blocks.size() * s_.block_tokens < tokens) {
+      while (request.blocks.size() * s_.block_tokens < tokens && !emitter_.full()) {
         request.blocks.push_back(emitter_.alloc(kv_token_bytes_ * s_.block_tokens));
       }
       return;
@@ -212,6 +213,31 @@ class Server {
   const Bytes kv_token_bytes_;  // K and V of one token in every layer, this device's KV heads
 };
 
+// The events of the settings, counted low (lengths at their means, the fewest events of a step), so that a
+// refusal is sure and comes before the requests are drawn.
+std::vector<EventTerm> inference_event_terms(const Serving& s) {
+  // Busy steps: `steps`, or fewer when the requests are served first (a step makes at most max_batch tokens).
+  const std::uint64_t serving_steps = saturating_mul(s.requests, s.mean_output) / s.max_batch;
+  std::uint64_t busy = s.steps;
+  if (s.requests != 0) busy = s.steps == 0 ? serving_steps : std::min(s.steps, serving_steps);
+  // Requests that arrive: each is held until it is served, and then allocates its KV cache.
+  const auto arriving_while_busy = static_cast<double>(busy) * s.arrival_rate;
+  std::uint64_t arriving = arriving_while_busy >= 1.8e19 ? saturated : static_cast<std::uint64_t>(arriving_while_busy);
+  if (s.requests != 0) arriving = s.steps == 0 ? s.requests : std::min(s.requests, arriving);
+  return {
+      // A step's forward pass: 12 events a layer.
+      {s.steps != 0 ? "steps" : "requests",
+       fmt::format("{} busy steps (steps={}, or requests={} x mean_output={} / max_batch={}) x 12 x layers={}", busy,
+                   s.steps, s.requests, s.mean_output, s.max_batch, s.model.layers),
+       saturating_product({busy, 12, s.model.layers})},
+      {"arrival_rate",
+       fmt::format("requests arriving ({} busy steps x arrival_rate={}, at most requests={} if set), each a KV "
+                   "cache allocation",
+                   busy, s.arrival_rate, s.requests),
+       arriving},
+  };
+}
+
 }  // namespace
 
 WorkloadDescription inference_description() {
@@ -271,6 +297,7 @@ Result<Trace> generate_inference(const Parameters& parameters) {
     reader.require(s.max_prefill_tokens >= s.max_prompt, "max_prefill_tokens",
                    fmt::format("must hold the longest prompt, max_prompt={}", s.max_prompt));
   }
+  refuse_past_event_limit(reader, inference_event_terms(s));
   if (auto status = reader.status(); !status) return std::move(status).error();
   return Server(s).run();
 }

@@ -28,6 +28,7 @@
 #include <cmath>
 
 #include "workload/emitter.hpp"
+#include "workload/event_estimate.hpp"
 #include "workload/model.hpp"
 #include "workload/random.hpp"
 #include "workload/workloads.hpp"
@@ -141,7 +142,7 @@ class Colocated {
 
   // KV blocks until the sequence's cache holds `tokens`: from the engine's free list, else new.
   void reserve(Sequence& sequence, std::uint64_t tokens) {
-    while (sequence.blocks.size() * s_.block_tokens < tokens) {
+    while (sequence.blocks.size() * s_.block_tokens < tokens && !emitter_.full()) {
       if (!free_blocks_.empty()) {
         sequence.blocks.push_back(free_blocks_.back());
         free_blocks_.pop_back();
@@ -165,7 +166,7 @@ class Colocated {
       sequence.output = lengths.length(s_.mean_output, s_.max_output, s_.length_sigma);
     }
     // Prefill: chunks of whole prompts within the token budget, each an eager forward pass.
-    for (std::size_t first = 0; first < sequences.size();) {
+    for (std::size_t first = 0; first < sequences.size() && !emitter_.full();) {
       std::uint64_t tokens = 0;
       std::size_t end = first;
       while (end < sequences.size() && (end == first || tokens + sequences[end].prompt <= s_.max_prefill_tokens)) {
@@ -373,6 +374,37 @@ class Colocated {
   std::vector<Handle> actor_;        // the actor's weight shards between training and wake
 };
 
+// The events of the settings, counted low (lengths at their means, the fewest events of each phase), so
+// that a refusal is sure and comes before the rollouts are drawn.
+std::vector<EventTerm> rl_event_terms(const RlSettings& s) {
+  const std::uint64_t layers = s.model.layers;
+  const std::uint64_t prompt_tokens = saturating_mul(s.rollout_batch, s.mean_prompt);
+  // Prefill chunks hold whole prompts within max_prefill_tokens: each a forward pass, 12 events a layer.
+  const std::uint64_t chunks = std::max<std::uint64_t>(1, prompt_tokens / s.max_prefill_tokens);
+  return {
+      // Every prompt's KV blocks are taken before any sequence finishes.
+      {"rollout_batch",
+       fmt::format("rollout_batch={} x mean_prompt={} / kv_block_tokens={} KV blocks", s.rollout_batch, s.mean_prompt,
+                   s.block_tokens),
+       saturating_mul(s.rollout_batch, std::max<std::uint64_t>(1, s.mean_prompt / s.block_tokens))},
+      {"rollout_batch",
+       fmt::format("steps={} x rollout_batch={} x mean_prompt={} / max_prefill_tokens={} prefill chunks x 12 x "
+                   "layers={}",
+                   s.steps, s.rollout_batch, s.mean_prompt, s.max_prefill_tokens, layers),
+       saturating_product({s.steps, chunks, 12, layers})},
+      // A decode step samples: 8 events, until the longest answer is done.
+      {"mean_output", fmt::format("steps={} x mean_output={} x 8 sampling events", s.steps, s.mean_output),
+       saturating_product({s.steps, s.mean_output - 1, 8})},
+      // A micro-batch's forward and backward: at least 20 events a layer.
+      {"rollout_batch",
+       fmt::format("steps={} x rollout_batch={} / micro_batch={} micro-batches x 20 x layers={}", s.steps,
+                   s.rollout_batch, s.micro_batch, layers),
+       saturating_product({s.steps, ceil_div(s.rollout_batch, s.micro_batch), 20, layers})},
+      {"steps", fmt::format("steps={} x layers={} x 8 optimizer and wake events", s.steps, layers),
+       saturating_product({s.steps, layers, 8})},
+  };
+}
+
 }  // namespace
 
 WorkloadDescription rl_description() {
@@ -426,6 +458,7 @@ Result<Trace> generate_rl(const Parameters& parameters) {
     reader.require(s.max_prefill_tokens >= s.max_prompt, "max_prefill_tokens",
                    fmt::format("must hold the longest prompt, max_prompt={}", s.max_prompt));
   }
+  refuse_past_event_limit(reader, rl_event_terms(s));
   if (auto status = reader.status(); !status) return std::move(status).error();
   return Colocated(s).run();
 }
