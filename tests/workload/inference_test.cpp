@@ -87,5 +87,24 @@ TEST(InferenceWorkload, ChecksItsLimits) {
   EXPECT_NE(budget.error().message.find("max_prefill_tokens=1000"), std::string::npos);
 }
 
+// Settings whose trace cannot fit the event limit are refused from the parameters, before generating: a
+// million arrivals a step queued 480 million requests (about 30 GB) first. The refusal names the parameter
+// and the bound.
+TEST(InferenceWorkload, RefusesSettingsPastTheEventLimitBeforeGenerating) {
+  const std::vector<std::pair<Settings, std::string>> cases = {
+      {{{"preset", "tiny"}, {"arrival_rate", "1000000"}}, "arrival_rate=1000000: "},
+      {{{"preset", "tiny"}, {"steps", "100000000"}}, "steps=100000000: "},
+      {{{"preset", "tiny"}, {"steps", "0"}, {"requests", "100000000"}, {"arrival_rate", "1000"}}, "requests=100000000: "},
+  };
+  for (const auto& [settings, named] : cases) {
+    const Result<Trace> trace = generate_workload("inference", settings);
+    ASSERT_FALSE(trace.ok()) << named;
+    EXPECT_EQ(trace.error().code, Errc::invalid_argument);
+    const std::string& message = trace.error().message;
+    EXPECT_NE(message.find(named + "the trace would need at least about"), std::string::npos) << message;
+    EXPECT_NE(message.find("over the limit of 20000000 events"), std::string::npos) << message;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -106,5 +106,34 @@ TEST(RlWorkload, SeedsAndSettingsAreChecked) {
   EXPECT_NE(bad.error().message.find("max_prefill_tokens=100"), std::string::npos) << bad.error().message;
 }
 
+// Settings whose trace cannot fit the event limit are refused from the parameters, before generating: the
+// first of these once generated for a minute and ran out of memory. The refusal names the parameter, the
+// formula and the bound (the emitter's own, after generating, says "would exceed" instead).
+TEST(RlWorkload, RefusesSettingsPastTheEventLimitBeforeGenerating) {
+  struct Case {
+    Settings settings;
+    std::string named;
+  };
+  const std::vector<Case> cases = {
+      {{{"preset", "tiny"}, {"rollout_batch", "1048576"}, {"max_prompt", "16777216"},
+        {"max_prefill_tokens", "16777216"}, {"mean_prompt", "16777216"}, {"steps", "1"}},
+       "rollout_batch=1048576: "},
+      {{{"preset", "tiny"}, {"mean_output", "16777216"}, {"max_output", "16777216"}, {"steps", "1000"}},
+       "mean_output=16777216: "},
+      {{{"preset", "tiny"}, {"rollout_batch", "1048576"}, {"micro_batch", "1"}, {"mean_prompt", "1"},
+        {"mean_output", "1"}, {"steps", "1"}},
+       "rollout_batch=1048576: "},
+      {{{"preset", "tiny"}, {"layers", "1024"}, {"steps", "1000000"}}, "rollout_batch=32: "},
+  };
+  for (const Case& c : cases) {
+    const Result<Trace> trace = generate_workload("rl", c.settings);
+    ASSERT_FALSE(trace.ok()) << c.named;
+    EXPECT_EQ(trace.error().code, Errc::invalid_argument);
+    const std::string& message = trace.error().message;
+    EXPECT_NE(message.find(c.named + "the trace would need at least about"), std::string::npos) << message;
+    EXPECT_NE(message.find("over the limit of 20000000 events"), std::string::npos) << message;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

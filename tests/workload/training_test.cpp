@@ -179,5 +179,20 @@ TEST(TrainingWorkload, OptionSweepStaysConsistent) {
   }
 }
 
+// The training generators (training, moe, finetune share their parameters) refuse settings whose trace
+// cannot fit the event limit from the parameters, before generating, naming the parameter and the bound.
+TEST(TrainingWorkload, RefusesSettingsPastTheEventLimitBeforeGenerating) {
+  for (const std::string workload : {"training", "moe", "finetune"}) {
+    const Settings settings = {{"preset", workload == "moe" ? "tiny-moe" : "tiny"}, {"steps", "1048576"},
+                               {"micro_batches", "65536"}};
+    const Result<Trace> trace = generate_workload(workload, settings);
+    ASSERT_FALSE(trace.ok()) << workload;
+    EXPECT_EQ(trace.error().code, Errc::invalid_argument);
+    const std::string& message = trace.error().message;
+    EXPECT_NE(message.find("micro_batches=65536: the trace would need at least about"), std::string::npos) << message;
+    EXPECT_NE(message.find("over the limit of 20000000 events"), std::string::npos) << message;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

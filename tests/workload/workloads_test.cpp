@@ -6,6 +6,7 @@
 #include <set>
 
 #include "tessera/workload.hpp"
+#include "workload/event_estimate.hpp"
 
 namespace tessera {
 namespace {
@@ -104,6 +105,16 @@ TEST(Workloads, DefaultsAreFastModerateAndFitOneCard) {
     ASSERT_TRUE(again.ok());
     EXPECT_TRUE(*trace == *again) << description.name << " is not reproducible";
   }
+}
+
+// The event estimates multiply 64-bit parameters: a product past 2^64 stays at the maximum instead of
+// wrapping to a small count that would pass the limit.
+TEST(EventEstimate, ProductsSaturateInsteadOfWrapping) {
+  using workload::saturated;
+  EXPECT_EQ(workload::saturating_product({1u << 20, 1u << 24, 12}), std::uint64_t{12} << 44);
+  EXPECT_EQ(workload::saturating_product({std::uint64_t{1} << 32, std::uint64_t{1} << 32}), saturated);
+  EXPECT_EQ(workload::saturating_product({saturated, 0}), 0u);
+  EXPECT_EQ(workload::saturating_add(saturated - 1, 2), saturated);
 }
 
 }  // namespace
