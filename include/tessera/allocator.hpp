@@ -173,12 +173,14 @@ class TesseraAllocator : public DeviceAllocator {
   // Pause and resume by tag (DeviceAllocator::pause and resume; docs/allocator.md, "Pausing a tag").
   //
   // pause: proves the device done with the tag's blocks (a synchronize of the streams that used them and a
-  // wait for their pending frees), copies each live block's bytes to host memory when `backup` (pinned where
-  // the platform has it), then unmaps every page under the tag — live blocks' and cached ones — and gives
-  // wholly unmapped chunks back to the device. Every address stays reserved: a paused block keeps its
-  // address and nothing else is placed there. While paused, allocating under the tag is an error naming it;
-  // freeing a paused block works (its backup goes). Pausing a paused tag finishes what a failed pause left
-  // mapped, else does nothing. An unknown tag is an error naming it.
+  // wait for their pending frees), copies to host memory (pinned where the platform has it) the bytes of each
+  // live block allocated with OnPause::back_up (tags.hpp: the choice is the block's), and of every live block
+  // when `backup`, then unmaps every page under the tag — live blocks' and cached ones — and gives wholly
+  // unmapped chunks back to the device. Every address stays reserved: a paused block keeps its address and
+  // nothing else is placed there. While paused, allocating under the tag is an error naming it; freeing a
+  // paused block works (its backup goes). Pausing a paused tag finishes what a failed pause left mapped, else
+  // does nothing; with `backup` it is refused when a block of the tag has no backup (its bytes are gone: the
+  // caller asked for what cannot be given). An unknown tag is an error naming it.
   // A failure before the unmapping (the proof, a backup) leaves the tag as it was; a failure while unmapping
   // leaves it paused, every backup intact, and a second pause unmaps the rest. check() holds either way.
   //

@@ -72,7 +72,8 @@ class DeviceAllocator {
   virtual Result<void> empty_cache() = 0;
 
   // Pause and resume the memory of a tag (tags.hpp): its pages go back to the device while its blocks keep
-  // their addresses, and come back at the same addresses, their bytes restored where `backup` was asked.
+  // their addresses, and come back at the same addresses, their bytes restored where `backup` was asked
+  // (every block) or the block was allocated with OnPause::back_up.
   // Only allocators that can override them (Tessera: allocator.hpp states the contract; the
   // torch_memory_saver model); the others answer Errc::unsupported and change nothing.
   Result<void> pause(std::string_view tag, bool backup) { return do_pause(tag, backup); }

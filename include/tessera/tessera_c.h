@@ -131,15 +131,25 @@ TESSERA_C_API const char* tessera_version(void);
  * mode's use: an RL job pauses its inference engine's memory while it trains, with every address kept.
  *
  * Allocations on this thread carry the innermost open tag, else "default". push_tag opens `tag` (NULL or
- * "": the default tag); pop_tag closes the innermost (nothing when none is open). */
-TESSERA_C_API void tessera_push_tag(const char* tag);
+ * "": the default tag); pop_tag closes the innermost (nothing when none is open). A tag is at most 255 bytes
+ * of valid UTF-8 with no NUL or other control byte: push_tag refuses any other name, returning -1 with a
+ * message that names the byte, and opens nothing; 0 on success.
+ *
+ * push_tag_with_backup opens `tag` as push_tag does, and the blocks allocated while it is the innermost
+ * open tag are backed up by every pause (torch_memory_saver's enable_cpu_backup): the choice is each
+ * block's, made when it is allocated, whatever is opened or paused later. */
+TESSERA_C_API int tessera_push_tag(const char* tag);
+TESSERA_C_API int tessera_push_tag_with_backup(const char* tag, int enable_cpu_backup);
 TESSERA_C_API void tessera_pop_tag(void);
-/* Pauses `tag` on `device` (NULL: every tag of its allocator): its pages go back to the device, its blocks
- * keep their addresses, and with `backup` non-zero their bytes are first copied to host memory. Resume maps
- * pages under them again and copies the backups back (without a backup their contents are unspecified).
- * 0 on success; -1 and a message naming the tag and what failed: an unknown tag, a device without an
- * allocator, out of memory on resume (the tag stays paused with its backups; resume again once memory is
- * free). */
+/* Pauses `tag` on `device` (NULL: every tag of its allocator but the default): its pages go back to the
+ * device and its blocks keep their addresses. The bytes of its blocks allocated under
+ * push_tag_with_backup, and of all its blocks when `backup` is non-zero, are first copied to host memory.
+ * Resume maps pages under them again and copies the backups back (without a backup a block's contents are
+ * unspecified). 0 on success; -1 and a message naming the tag and what failed: an unknown tag, a refused
+ * name, the default tag ("" or "default": it holds every allocation made outside a tag, and is neither
+ * paused nor resumed here), a device without an allocator, a pause with `backup` of a tag already paused
+ * without one (its bytes are gone), out of memory on resume (the tag stays paused with its backups; resume
+ * again once memory is free). */
 TESSERA_C_API int tessera_pause(int device, const char* tag, int backup);
 TESSERA_C_API int tessera_resume(int device, const char* tag);
 

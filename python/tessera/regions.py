@@ -1,106 +1,147 @@
 """Pausing memory by tag: the shapes of torch_memory_saver and of vLLM's CuMemAllocator, over Tessera.
 
     with tessera.region("weights", enable_cpu_backup=True):
-        model = build_model()                 # its tensors carry the tag "weights"
+        model = build_model()                 # its tensors carry the tag "weights", and each is backed up
     with tessera.region("kv_cache"):
         cache = torch.empty(...)
-    tessera.pause()                           # every region's tag: pages back to the device, addresses kept
+    tessera.pause()                           # every tag: pages back to the device, addresses kept
     ...                                       # train: the memory is free for other tensors
-    tessera.resume()                          # same addresses; "weights" restored from its host backup
+    tessera.resume()                          # same addresses; the weights restored from their host backups
 
     tessera.sleep(offload_tags=("weights",))  # vLLM's shape: pause every tag, backing up those named
     tessera.wake_up()
 
-A paused tensor must not be touched until it is resumed (on the GPU its addresses are unmapped). Without a
-backup a resumed tag's contents are unspecified, as with torch_memory_saver's enable_cpu_backup=False and the
-tags vLLM does not offload. docs/allocator.md ("Pausing a tag") and docs/pytorch.md say more.
+enable_cpu_backup belongs to each tensor, as in torch_memory_saver: the region open when a tensor is allocated
+decides for that tensor only, whatever regions are opened later. A paused tensor must not be touched until it is
+resumed (on the GPU its addresses are unmapped). Without a backup a resumed tensor's contents are unspecified.
+The tag "default" holds every tensor allocated outside a region and is never paused. docs/allocator.md ("Pausing
+a tag") and docs/pytorch.md say more.
 """
 
 import contextlib
 
-from tessera._lib import TesseraValueError, encode, fail, library
+from tessera._lib import TesseraError, TesseraValueError, last_error, library
 
-# The tags opened with region() in this process, and whether each is backed up when paused.
-_backup_of = {}
+DEFAULT_TAG = "default"
 
 
-def _check_tag(tag, function):
+def _tag_bytes(tag, function):
+    """The tag as the C ABI takes it; TesseraValueError naming what is wrong with it. The C ABI checks the rest
+    (its length, control characters) and refuses with a message of its own."""
     if not isinstance(tag, str) or not tag:
         raise TesseraValueError(f"tessera.{function}: tag {tag!r} is not a non-empty string")
-    return tag
+    if tag == DEFAULT_TAG:
+        raise TesseraValueError(f"tessera.{function}: tag 'default' holds every tensor allocated outside a region "
+                                "and is never paused; give the memory to pause a tag of its own")
+    if "\0" in tag:
+        raise TesseraValueError(f"tessera.{function}: tag {tag!r} holds a NUL character at index {tag.index(chr(0))} "
+                                "(the C string would end there and name another tag)")
+    try:
+        return tag.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise TesseraValueError(f"tessera.{function}: tag {tag!r} cannot be written as UTF-8 ({error.reason} at "
+                                f"index {error.start})") from None
 
 
 @contextlib.contextmanager
 def region(tag, enable_cpu_backup=False):
-    """Allocations made by this thread inside the block carry `tag`; pause() backs the tag up when
-    enable_cpu_backup (the last region opened for a tag decides)."""
-    _check_tag(tag, "region")
-    _backup_of[tag] = bool(enable_cpu_backup)
+    """Allocations made by this thread inside the block carry `tag`; with enable_cpu_backup every pause backs
+    them up (each tensor keeps the choice of the region it was allocated in)."""
+    name = _tag_bytes(tag, "region")
     lib = library()
-    lib.tessera_push_tag(encode(tag))
+    if lib.tessera_push_tag_with_backup(name, 1 if enable_cpu_backup else 0) != 0:
+        raise TesseraValueError(f"tessera.region: {last_error() or 'tessera_push_tag_with_backup failed'}")
     try:
         yield
     finally:
         lib.tessera_pop_tag()
 
 
-def _allocator_tags(device):
+def _allocator_tags(device, function):
+    """The tags the device's allocator has memory under, but the default: read from one statistics snapshot, so
+    that regions other threads open meanwhile change nothing here."""
     from tessera import _device_index, memory_stats
 
-    stats = memory_stats(_device_index(device, "pause"))
+    stats = memory_stats(_device_index(device, function))
     return [key[len("tessera.tag."):-len(".paused")] for key in stats
-            if key.startswith("tessera.tag.") and key.endswith(".paused")]
+            if key.startswith("tessera.tag.") and key.endswith(".paused") and
+            key != f"tessera.tag.{DEFAULT_TAG}.paused"]
 
 
-def _apply(function, tags, device, backup_of):
+def _named(tags, function):
+    if isinstance(tags, str):
+        tags = (tags,)
+    return [(tag, _tag_bytes(tag, function)) for tag in tags]
+
+
+def _check_known(named, device, function):
+    known = _allocator_tags(device, function)
+    unknown = [tag for tag, _ in named if tag not in known]
+    if unknown:
+        raise TesseraValueError(f"tessera.{function}: no memory was allocated under tag(s) "
+                                f"{', '.join(repr(t) for t in unknown)} on device {device} (tags there: "
+                                f"{', '.join(repr(t) for t in known) or 'none'}); nothing was changed")
+
+
+def _apply(function, named, device, backed_up=()):
+    """Pauses or resumes every tag named: each is tried, and the first failure is raised once all were, with the
+    tags it left as they were."""
     from tessera import _device_index
 
     index = _device_index(device, function)
     lib = library()
-    for tag in tags:
-        if function == "pause":
-            status = lib.tessera_pause(index, encode(tag), 1 if backup_of(tag) else 0)
+    failures = []
+    for tag, name in named:
+        if function in ("pause", "sleep"):
+            status = lib.tessera_pause(index, name, 1 if tag in backed_up else 0)
         else:
-            status = lib.tessera_resume(index, encode(tag))
+            status = lib.tessera_resume(index, name)
         if status != 0:
-            fail(f"tessera_{function}")
-
-
-def _region_tags(tag, device, function):
-    if tag is not None:
-        return [_check_tag(tag, function)]
-    # Every region's tag that the device's allocator has memory under (a region may have allocated nothing).
-    present = set(_allocator_tags(device))
-    return [name for name in _backup_of if name in present]
+            failures.append((tag, last_error() or f"tessera_{function} failed"))
+    if failures:
+        left = ", ".join(repr(tag) for tag, _ in failures)
+        state = "paused" if function in ("resume", "wake_up") else "not paused"
+        raise TesseraError(f"tessera.{function}: {failures[0][1]} (tag(s) left {state}: {left})")
 
 
 def pause(tag=None, device=0):
-    """Pauses `tag` (None: every tag opened with region()), backing up those opened with enable_cpu_backup.
-    Raises TesseraError naming the tag when it is unknown or the pause fails (nothing is lost)."""
-    _apply("pause", _region_tags(tag, device, "pause"), device, lambda name: _backup_of.get(name, False))
+    """Pauses `tag` (None: every tag the device has memory under, but "default"); the tensors allocated with
+    enable_cpu_backup are backed up. Raises TesseraError naming the tag when it is unknown or the pause fails
+    (nothing is lost)."""
+    if tag is None:
+        named = _named(_allocator_tags(device, "pause"), "pause")
+    else:
+        named = _named(tag, "pause")
+    _apply("pause", named, device)
 
 
 def resume(tag=None, device=0):
-    """Resumes `tag` (None: every tag opened with region()) at the addresses it had. Out of memory raises
-    TesseraError saying what was needed; the tag stays paused with its backups, and resume works once memory
-    is free."""
-    _apply("resume", _region_tags(tag, device, "resume"), device, None)
+    """Resumes `tag` (None: every tag the device has memory under, but "default") at the addresses it had. Out
+    of memory raises TesseraError saying what was needed; the tag stays paused with its backups, and resume works
+    once memory is free. Every tag named is tried before a failure is raised."""
+    if tag is None:
+        named = _named(_allocator_tags(device, "resume"), "resume")
+    else:
+        named = _named(tag, "resume")
+    _apply("resume", named, device)
 
 
 def sleep(offload_tags=(), device=0):
     """vLLM's CuMemAllocator.sleep: pauses every tag but "default" (the memory allocated outside any region),
-    backing up those in offload_tags (a tag name or a sequence of them)."""
-    if isinstance(offload_tags, str):
-        offload_tags = (offload_tags,)
-    offload = {_check_tag(tag, "sleep") for tag in offload_tags}
-    tags = [name for name in _allocator_tags(device) if name != "default"]
-    _apply("pause", tags, device, lambda name: name in offload)
+    backing up every tensor of the tags in offload_tags (a tag name or a sequence of them) and those allocated
+    with enable_cpu_backup. A tag in offload_tags without memory on the device is refused before anything
+    pauses: its backup would silently hold nothing."""
+    offload = _named(offload_tags, "sleep")
+    _check_known(offload, device, "sleep")
+    _apply("sleep", _named(_allocator_tags(device, "sleep"), "sleep"), device,
+           backed_up={tag for tag, _ in offload})
 
 
 def wake_up(tags=None, device=0):
     """vLLM's CuMemAllocator.wake_up: resumes `tags` (None: every tag but "default")."""
-    if isinstance(tags, str):
-        tags = (tags,)
-    names = [name for name in _allocator_tags(device) if name != "default"] if tags is None else \
-        [_check_tag(tag, "wake_up") for tag in tags]
-    _apply("resume", names, device, None)
+    if tags is None:
+        named = _named(_allocator_tags(device, "wake_up"), "wake_up")
+    else:
+        named = _named(tags, "wake_up")
+        _check_known(named, device, "wake_up")
+    _apply("wake_up", named, device)

@@ -152,7 +152,9 @@ std::string stats_json(const DeviceReport& report) {
     json[prefix + ".paused_bytes"] = tag.paused_bytes;
     json[prefix + ".backup_bytes"] = tag.backup_bytes;
   }
-  return json.dump();
+  // Tag names are checked where they enter (tags.hpp); a byte that is not UTF-8 still never makes the whole
+  // statistics unreadable: it is written as U+FFFD.
+  return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // As PyTorch's memory_summary formats sizes: whole units, the unit growing once the number passes 768 Ki.

@@ -4,6 +4,8 @@
 // holds buffers; the mapper allocates and frees them.
 #pragma once
 
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <vector>
@@ -28,6 +30,21 @@ class BackupCache {
   void keep(const HostBuffer& buffer) {
     buffers_.emplace(buffer.size, buffer);
     bytes_ += buffer.size;
+  }
+
+  // Keeps at most one buffer for each size in `wanted` (the block sizes a pause may back up), the one take()
+  // would give it, largest blocks first; returns the others for the caller to free.
+  std::vector<HostBuffer> keep_only_for(std::vector<Bytes> wanted) {
+    std::sort(wanted.begin(), wanted.end(), std::greater<>());
+    std::multimap<Bytes, HostBuffer> kept;
+    for (const Bytes size : wanted) {
+      if (buffers_.empty()) break;
+      if (auto buffer = take(size)) kept.emplace(buffer->size, *buffer);
+    }
+    std::vector<HostBuffer> unwanted = take_all();
+    buffers_ = std::move(kept);
+    for (const auto& [size, buffer] : buffers_) bytes_ += size;
+    return unwanted;
   }
 
   // Every buffer, for the caller to free (empty_cache, teardown).

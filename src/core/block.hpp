@@ -9,6 +9,7 @@
 #include <boost/intrusive/set_hook.hpp>
 #include <cstdint>
 
+#include "tessera/tags.hpp"
 #include "tessera/types.hpp"
 
 namespace tessera::core {
@@ -28,6 +29,8 @@ struct Block {
   // Live, but not the caller's: free bytes at the edge of a mapped granule, lent to a block built on the
   // out-of-memory ladder whose own first or last slot maps the same granule (sliver_sharing.cpp).
   bool lent = false;
+  // What a pause does with its contents: the open tag's choice when it was handed out, for its life (tags.hpp).
+  OnPause on_pause = OnPause::discard;
   std::uint64_t freed_at = 0;  // the allocator's clock at the latest free that formed this block
   boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> free_hook;
   // In the allocator's reclaim list while free and possibly holding idle pages, oldest freed first.

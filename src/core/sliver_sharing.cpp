@@ -204,6 +204,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
     return std::move(failure).error();
   }
   block.live = true;
+  block.on_pause = current_on_pause();
   live_.insert(block.address, &block);
   const BlockEvent event{block.address, block.size, block.requested, stream, kept.pool};
   const std::uint64_t slivers = (head_lent != nullptr ? 1 : 0) + (tail_lent != nullptr ? 1 : 0);

@@ -50,9 +50,9 @@ Result<TagId> TesseraAllocatorImpl::known_tag(std::string_view name, std::string
   if (auto tag = find_tag(name); tag && state_of(*tag) != nullptr) return *tag;
   std::string known;
   for (const TagState& state : tag_states_) known += (known.empty() ? "'" : ", '") + tag_name(state.tag) + "'";
-  return make_error(Errc::not_found, fmt::format("tessera: {} of tag '{}': nothing was ever allocated under it here "
+  return make_error(Errc::not_found, fmt::format("tessera: {} of tag {}: nothing was ever allocated under it here "
                                                  "(tags here: {})",
-                                                 operation, name, known.empty() ? "none" : known));
+                                                 operation, quoted_tag_name(name), known.empty() ? "none" : known));
 }
 
 template <class Visit>
@@ -88,8 +88,9 @@ Result<void> TesseraAllocatorImpl::prove_tag_idle(TagId tag) {
   return mapper_.synchronize(streams);
 }
 
-// A host copy of each live block's requested bytes; on a failure the copies made here go again.
-Result<void> TesseraAllocatorImpl::back_up_tag(TagId tag) {
+// A host copy of the requested bytes of each live block allocated with OnPause::back_up, and of every live
+// block when `every_block`; on a failure the copies made here go again.
+Result<void> TesseraAllocatorImpl::back_up_tag(TagId tag, bool every_block) {
   if (!mapper_.capabilities().host_backup) {
     return make_error(Errc::unsupported, "the driver cannot copy device memory to host memory (no host_backup)");
   }
@@ -97,6 +98,7 @@ Result<void> TesseraAllocatorImpl::back_up_tag(TagId tag) {
   Result<void> failure;
   auto back_up = [&](Block& block) {
     if (!failure.ok() || block.lent || backups_.contains(&block)) return;
+    if (!every_block && block.on_pause != OnPause::back_up) return;
     auto backup = backup_buffer(block.requested);
     if (!backup) {
       failure = std::move(backup).error();
@@ -120,9 +122,43 @@ Result<void> TesseraAllocatorImpl::back_up_tag(TagId tag) {
   return failure;
 }
 
+TesseraAllocatorImpl::Unbacked TesseraAllocatorImpl::blocks_without_backup(TagId tag) {
+  Unbacked lost;
+  auto count = [&](const Block& block) {
+    if (block.lent || backups_.contains(&block)) return;
+    ++lost.blocks;
+    lost.bytes += block.requested;
+  };
+  visit_live_blocks(tag, [&](Arena&, Block& block) { count(block); });
+  for (const auto& shared : shared_) {
+    if (shared->tag == tag && shared->block.live) count(shared->block);
+  }
+  return lost;
+}
+
 Result<HostBuffer> TesseraAllocatorImpl::backup_buffer(Bytes size) {
   if (auto kept = backup_cache_.take(size)) return *kept;
   return mapper_.allocate_backup(size);
+}
+
+// The cache serves the next pause of a tag that pauses: a kept buffer is worth its host memory only while
+// some live block of such a tag, not backed up now, would take it (BackupCache::take's rule). A block that
+// grew, or went, leaves its old buffer to no one: it is freed here, at every pause and resume, so the cache
+// never holds more than one buffer for each such block, of at most twice its bytes.
+void TesseraAllocatorImpl::trim_backup_cache() {
+  if (backup_cache_.size() == 0) return;
+  std::vector<Bytes> wanted;
+  auto want = [&](const Block& block) {
+    if (!block.lent && !backups_.contains(&block)) wanted.push_back(block.requested);
+  };
+  for (const TagState& state : tag_states_) {
+    if (!state.paused_before) continue;
+    visit_live_blocks(state.tag, [&](Arena&, Block& block) { want(block); });
+    for (const auto& shared : shared_) {
+      if (shared->tag == state.tag && shared->block.live) want(shared->block);
+    }
+  }
+  for (const HostBuffer& buffer : backup_cache_.keep_only_for(std::move(wanted))) mapper_.free_backup(buffer);
 }
 
 void TesseraAllocatorImpl::free_backup_buffer(const HostBuffer& buffer) {
@@ -284,14 +320,14 @@ Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) 
                                                        "blocks failed; nothing changed: {}",
                                                        name, done.error().message));
     }
-    if (backup) {
-      if (auto done = back_up_tag(*tag); !done) {
-        return make_error(done.error().code, fmt::format("tessera: pause of tag '{}' with backup: copying its blocks "
-                                                         "to host memory failed; nothing changed: {}",
-                                                         name, done.error().message));
-      }
+    if (auto done = back_up_tag(*tag, backup); !done) {
+      return make_error(done.error().code, fmt::format("tessera: pause of tag '{}' with backup: copying its blocks "
+                                                       "to host memory failed; nothing changed: {}",
+                                                       name, done.error().message));
     }
     state.paused = true;
+    state.paused_before = true;
+    trim_backup_cache();
     ++paused_tags_;
     last_placement_ = nullptr;
     Bytes paused_bytes = 0;
@@ -300,6 +336,15 @@ Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) 
     Bytes backup_bytes = 0;
     for (const auto& [block, buffer] : backups_) backup_bytes += tag_of(block) == *tag ? buffer.size : 0;
     notify([&](AllocatorObserver& observer) { observer.tag_paused(*tag, paused_bytes, backup_bytes); });
+  } else if (backup) {
+    if (auto lost = blocks_without_backup(*tag); lost.blocks > 0) {
+      return make_error(Errc::invalid_argument,
+                        fmt::format("tessera: pause of tag '{}' with backup: the tag is already paused, and {} of its "
+                                    "blocks ({} bytes) were paused without a backup, so their contents are gone; "
+                                    "nothing changed. Resume it (those blocks then hold unspecified bytes) before "
+                                    "pausing it with a backup",
+                                    name, lost.blocks, lost.bytes));
+    }
   }
   if (auto done = unmap_tag(*tag); !done) {
     return make_error(done.error().code, fmt::format("tessera: pause of tag '{}': unmapping its pages failed; the tag "
@@ -366,6 +411,7 @@ Result<void> TesseraAllocatorImpl::do_resume(std::string_view name) {
   }
   state.paused = false;
   --paused_tags_;
+  trim_backup_cache();
   notify([&](AllocatorObserver& observer) { observer.tag_resumed(*tag, resumed); });
   return {};
 }

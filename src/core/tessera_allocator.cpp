@@ -290,6 +290,7 @@ Result<Address> TesseraAllocatorImpl::place(Placement& placement, Block* fit, By
 
 Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool pool) {
   const Address address = block->address;
+  block->on_pause = current_on_pause();
   live_.insert(address, block);
   const BlockEvent event{address, block->size, block->requested, stream, pool};
   notify([&](AllocatorObserver& observer) { observer.block_allocated(event); });

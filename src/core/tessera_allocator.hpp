@@ -113,6 +113,11 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   struct TagState {
     TagId tag;
     bool paused = false;
+    bool paused_before = false;  // the backup cache keeps buffers only for the blocks of tags that pause
+  };
+  struct Unbacked {
+    std::size_t blocks = 0;
+    Bytes bytes = 0;
   };
 
   static BlockEvent block_event(const Arena& arena, const Block& block) {
@@ -188,8 +193,11 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   bool is_paused(const Block* block) const;
   Result<TagId> known_tag(std::string_view name, std::string_view operation) const;
   Result<void> prove_tag_idle(TagId tag);
-  Result<void> back_up_tag(TagId tag);
+  Result<void> back_up_tag(TagId tag, bool every_block);
+  Unbacked blocks_without_backup(TagId tag);  // its live blocks that hold no backup
   Result<HostBuffer> backup_buffer(Bytes size);
+  // Frees the kept backup buffers that no live block of a tag that pauses could take (backup_cache.hpp).
+  void trim_backup_cache();
   void drop_backup(const Block* block);
   void free_backup_buffer(const HostBuffer& buffer);  // kept for the next pause where the option says so
   // Unmaps every page under the tag (its shared blocks first: they map granules of its regions), pooling them.

@@ -138,7 +138,10 @@ Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& o
   auto allocate = [&](BlockId block, Bytes size, std::uint32_t stream, TraceTag tag) -> Result<bool> {
     // The allocation takes the tag open on this thread, as in the recorded job.
     std::optional<TagScope> scope;
-    if (tag != trace_default_tag) scope.emplace(trace.tags[tag]);
+    if (tag != trace_default_tag) {
+      if (auto checked = check_tag_name(trace.tags[tag]); !checked) return failed(checked.error());
+      scope.emplace(trace.tags[tag]);
+    }
     auto address = allocator.allocate(size, trace.streams[stream]);
     if (!address) {
       if (address.error().code != Errc::out_of_memory) return failed(address.error());

@@ -1060,8 +1060,10 @@ TEST(CApiPause, TaggedMemoryIsPausedWithBackupAndResumedAtTheSameAddresses) {
       ASSERT_EQ(static_cast<unsigned char*>(weights)[i], static_cast<unsigned char>(i * 7)) << "byte " << i;
     }
     std::memset(kv, 1, 3 << 20);
-    ASSERT_EQ(tessera_pause(0, nullptr, 0), 0) << last_error();  // every tag, "default" too
-    EXPECT_EQ(stats_json(0)["tessera.tag.default.paused"], 1);
+    ASSERT_EQ(tessera_pause(0, nullptr, 0), 0) << last_error();  // every tag but "default"
+    stats = stats_json(0);
+    EXPECT_EQ(stats["tessera.tag.weights.paused"], 1);
+    EXPECT_EQ(stats["tessera.tag.default.paused"], 0) << "memory allocated outside a tag is never paused";
     ASSERT_EQ(tessera_resume(0, nullptr), 0) << last_error();
     for (void* block : {kv, weights, other}) tessera_free(block, 0, 0, nullptr);
     EXPECT_EQ(stats_of(0).allocations, 0u);
@@ -1080,6 +1082,71 @@ TEST(CApiPause, ErrorsNameTheTagAndTheDevice) {
     EXPECT_EQ(tessera_resume(0, "weights"), -1);
     EXPECT_EQ(tessera_pause(64, "weights", 0), -1);
     EXPECT_TRUE(contains(last_error(), "64")) << last_error();
+    tessera_free(block, 0, 0, nullptr);
+  });
+}
+
+// Each block keeps the backup choice of the tag open when it was allocated; a later push of the same tag
+// without backup changes nothing for it.
+TEST(CApiPause, TheBackupChoiceIsEachBlocksAndALateBackupIsRefused) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    ASSERT_EQ(tessera_push_tag_with_backup("n", 1), 0) << last_error();
+    auto* kept = static_cast<unsigned char*>(tessera_alloc(1 << 20, 0, nullptr));
+    ASSERT_EQ(tessera_push_tag_with_backup("n", 0), 0) << last_error();
+    void* discarded = tessera_alloc(1 << 20, 0, nullptr);
+    tessera_pop_tag();
+    auto* kept_too = static_cast<unsigned char*>(tessera_alloc(3 << 20, 0, nullptr));
+    tessera_pop_tag();
+    ASSERT_TRUE(kept && discarded && kept_too) << last_error();
+    std::memset(kept, 0x5a, 1 << 20);
+    std::memset(kept_too, 0xa5, 3 << 20);
+    ASSERT_EQ(tessera_pause(0, "n", 0), 0) << last_error();
+    const std::uint64_t backed_up = stats_json(0)["tessera.tag.n.backup_bytes"];
+    EXPECT_GE(backed_up, 4u << 20) << "the two blocks allocated with backup";
+    EXPECT_LT(backed_up, 5u << 20) << "and not the one without";
+    // Already paused without a backup of `discarded`: a pause that asks for one is refused, naming the tag.
+    EXPECT_EQ(tessera_pause(0, "n", 1), -1);
+    EXPECT_TRUE(contains(last_error(), "'n'")) << last_error();
+    EXPECT_TRUE(contains(last_error(), "without a backup")) << last_error();
+    ASSERT_EQ(tessera_resume(0, "n"), 0) << last_error();
+    for (std::size_t i = 0; i < (1u << 20); ++i) ASSERT_EQ(kept[i], 0x5a) << "byte " << i;
+    for (std::size_t i = 0; i < (3u << 20); ++i) ASSERT_EQ(kept_too[i], 0xa5) << "byte " << i;
+    for (void* block : {static_cast<void*>(kept), discarded, static_cast<void*>(kept_too)}) tessera_free(block, 0, 0, nullptr);
+  });
+}
+
+TEST(CApiPause, TheDefaultTagIsNeverPausedAndTheEmptyNameIsIt) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    void* block = tessera_alloc(1000, 0, nullptr);
+    ASSERT_NE(block, nullptr) << last_error();
+    for (const char* name : {"", "default"}) {
+      EXPECT_EQ(tessera_pause(0, name, 1), -1) << name;
+      EXPECT_TRUE(contains(last_error(), "tag 'default'")) << last_error();
+      EXPECT_TRUE(contains(last_error(), "outside a tag")) << last_error();
+      EXPECT_EQ(tessera_resume(0, name), -1) << name;
+    }
+    EXPECT_EQ(stats_json(0)["tessera.tag.default.paused"], 0);
+    tessera_free(block, 0, 0, nullptr);
+  });
+}
+
+// A name that is not a tag is refused where it enters, and nothing the process does later makes the
+// statistics unreadable.
+TEST(CApiPause, ABadTagIsRefusedWhereItEntersAndTheStatisticsStayReadable) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    EXPECT_EQ(tessera_push_tag("\xff"), -1);
+    EXPECT_TRUE(contains(last_error(), "not valid UTF-8")) << last_error();
+    EXPECT_TRUE(contains(last_error(), "\\xff")) << "the byte, escaped: " << last_error();
+    EXPECT_EQ(tessera_push_tag_with_backup("bell\a", 1), -1);
+    EXPECT_TRUE(contains(last_error(), "control byte 0x07")) << last_error();
+    void* block = tessera_alloc(1000, 0, nullptr);  // under the default tag: nothing was opened
+    ASSERT_NE(block, nullptr) << last_error();
+    const Json stats = stats_json(0);
+    EXPECT_GE(stats["tessera.tag.default.allocated_bytes"], 1000u);
+    EXPECT_EQ(stats.size(), Json::parse(tessera_memory_stats_json(0)).size());
+    EXPECT_EQ(tessera_pause(0, "\xff", 0), -1);
+    EXPECT_TRUE(contains(last_error(), "not valid UTF-8")) << last_error();
+    EXPECT_NE(tessera_memory_stats_json(0), nullptr) << last_error();
     tessera_free(block, 0, 0, nullptr);
   });
 }

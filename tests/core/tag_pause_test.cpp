@@ -49,8 +49,8 @@ class TagPauseTest : public ::testing::Test {
     EXPECT_EQ(driver_->census(), DriverCensus{}) << "left behind by the allocator";
   }
 
-  Address allocate(Bytes size, std::string_view tag = "default") {
-    TagScope scope(tag);
+  Address allocate(Bytes size, std::string_view tag = "default", OnPause on_pause = OnPause::discard) {
+    TagScope scope(tag, on_pause);
     const Address block = must(allocator_->allocate(size, default_stream));
     const auto seed = static_cast<unsigned char>(next_seed_++ * 37 + 11);
     sizes_[block] = size;
@@ -300,8 +300,17 @@ TEST_F(TagPauseTest, AnUnknownTagIsAnErrorNamingItAndAPausedTagPausesOnce) {
   must(allocator_->pause("weights", false));
   driver_->reset();
   const DriverCensus census = driver_->census();
-  must(allocator_->pause("weights", true));
+  must(allocator_->pause("weights", false));
   EXPECT_EQ(driver_->tally().total_calls(), 0u) << "pausing a paused tag does nothing";
+  EXPECT_EQ(driver_->census(), census);
+  // Asking for a backup the first pause did not make cannot be done: the bytes are gone. Refused, naming the
+  // tag and what was lost, and nothing changes.
+  auto late = allocator_->pause("weights", true);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, Errc::invalid_argument);
+  EXPECT_NE(late.error().message.find("'weights'"), std::string::npos) << late.error().message;
+  EXPECT_NE(late.error().message.find("without a backup"), std::string::npos) << late.error().message;
+  EXPECT_EQ(driver_->tally().total_calls(), 0u);
   EXPECT_EQ(driver_->census(), census);
   EXPECT_EQ(allocator_->tessera_stats().pauses, 1u);
   must(allocator_->resume("weights"));  // without a backup: the contents are unspecified, the blocks usable
@@ -382,6 +391,77 @@ TEST_F(TagPauseTest, AFailureAtAnyDriverCallOfPauseOrResumeLosesNothing) {
     }
   }
   EXPECT_GT(faults, 10) << "the faults reached pause and resume";
+}
+
+// The backup is each block's choice, made when it is allocated: a scope opened later, inside or after, for
+// the same tag changes nothing for the blocks before it (torch_memory_saver keeps the flag per allocation).
+TEST_F(TagPauseTest, TheBackupChoiceIsEachBlocksMadeWhenItIsAllocated) {
+  make(128);
+  const Address first = allocate(300 * KiB, "n", OnPause::back_up);
+  Address inner = 0;
+  Address after = 0;
+  {
+    TagScope outer("n", OnPause::back_up);
+    inner = allocate(200 * KiB, "n", OnPause::discard);  // a scope inside the outer one, without backup
+    after = allocate(3 * granule + 5, "n", OnPause::back_up);
+  }
+  const Address plain = allocate(100 * KiB, "n");
+  must(allocator_->pause("n", false));
+  const TagStats& paused = stats_of(allocator_->tessera_stats(), "n");
+  EXPECT_EQ(paused.backup_bytes, sizes_.at(first) + sizes_.at(after)) << "the two blocks that asked, only";
+  must(allocator_->resume("n"));
+  EXPECT_TRUE(holds(first));
+  EXPECT_TRUE(holds(after));
+  for (Address unspecified : {inner, plain}) fill(unspecified, live_.at(unspecified));
+  // A pause with backup takes every block, whatever each asked.
+  must(allocator_->pause("n", true));
+  EXPECT_EQ(stats_of(allocator_->tessera_stats(), "n").backup_bytes,
+            sizes_.at(first) + sizes_.at(inner) + sizes_.at(after) + sizes_.at(plain));
+  must(allocator_->resume("n"));
+  expect_intact();
+}
+
+TEST_F(TagPauseTest, ANameThatIsNotATagIsRefusedWhereItEntersAndOpensNothing) {
+  make(16);
+  for (std::string_view bad : {std::string_view("\xff", 1), std::string_view("a\0b", 3), std::string_view("tab\t"),
+                               std::string_view("\xc0\x80"), std::string_view("\xed\xa0\x80")}) {
+    auto pushed = push_tag(bad);
+    ASSERT_FALSE(pushed) << quoted_tag_name(bad);
+    EXPECT_EQ(pushed.error().code, Errc::invalid_argument);
+    EXPECT_NE(pushed.error().message.find("offset"), std::string::npos) << pushed.error().message;
+    EXPECT_EQ(current_tag(), default_tag) << "nothing opened";
+    EXPECT_FALSE(pop_tag());
+  }
+  EXPECT_FALSE(push_tag(std::string(max_tag_name_bytes + 1, 'x')));
+  must(push_tag(std::string(max_tag_name_bytes, 'x')));
+  must(push_tag("\xe6\x9d\x83\xe9\x87\x8d"));  // valid UTF-8 (CJK) is a tag
+  EXPECT_TRUE(pop_tag());
+  EXPECT_TRUE(pop_tag());
+  EXPECT_THROW(TagScope scope(std::string_view("\xff", 1)), std::invalid_argument);
+  EXPECT_EQ(current_tag(), default_tag);
+}
+
+// A block that grows between pauses leaves its old buffer to no one: the cache frees it at the next pause,
+// instead of keeping every size it ever held (the cache stays within one buffer per block that may pause).
+TEST_F(TagPauseTest, TheBackupCacheKeepsOnlyBuffersALiveBlockOfAPausingTagCouldTake) {
+  make(1024);
+  Bytes size = 1 * MiB;
+  Bytes most_kept = 0;
+  for (int cycle = 0; cycle < 40; ++cycle) {
+    const Address block = allocate(size, "grow");
+    must(allocator_->pause("grow", true));
+    EXPECT_EQ(allocator_->tessera_stats().backup_cache_bytes, 0u) << "cycle " << cycle << ": the old buffer went";
+    must(allocator_->resume("grow"));
+    EXPECT_TRUE(holds(block));
+    const Bytes kept = allocator_->tessera_stats().backup_cache_bytes;
+    EXPECT_LE(kept, 2 * size) << "cycle " << cycle;
+    EXPECT_GE(kept, size) << "cycle " << cycle << ": the live block's buffer is kept for its next pause";
+    most_kept = std::max(most_kept, kept);
+    free(block);
+    size += size / 20;  // 5% a cycle: no old buffer fits the next block
+  }
+  EXPECT_LE(driver_->census().host_bytes, 2 * size);
+  EXPECT_LT(most_kept, 2 * size);
 }
 
 }  // namespace

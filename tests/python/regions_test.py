@@ -107,6 +107,95 @@ class RegionsTest(unittest.TestCase):
             tessera.resume("py_weights", device=5)
         self.assertIn("device 5", str(raised.exception))
 
+    def test_the_backup_is_each_tensors_choice_made_when_it_is_allocated(self):
+        # torch_memory_saver keeps enable_cpu_backup per allocation: a region opened inside another for the same
+        # tag changes nothing for the tensors allocated before or after it in the outer one.
+        tessera.empty_cache()  # no buffer kept by another test: each backup is a new buffer of its tensor's size
+        with tessera.region("nested", enable_cpu_backup=True):
+            before = allocate(1 * MiB)
+            with tessera.region("nested", enable_cpu_backup=False):
+                inner = allocate(1 * MiB)
+            after = allocate(2 * MiB + 3)
+        fill(before, 1 * MiB, 1)
+        fill(after, 2 * MiB + 3, 2)
+        tessera.pause("nested")
+        self.assertGreaterEqual(tag_stat("nested", "backup_bytes"), 3 * MiB + 3)
+        self.assertLess(tag_stat("nested", "backup_bytes"), 4 * MiB, "the inner region's tensor is not backed up")
+        tessera.resume("nested")
+        self.assertTrue(holds(before, 1 * MiB, 1), "allocated before the inner region")
+        self.assertTrue(holds(after, 2 * MiB + 3, 2), "allocated after the inner region")
+        for pointer in (before, inner, after):
+            free(pointer)
+
+    def test_the_default_tag_and_names_that_are_not_tags_are_refused(self):
+        keep = allocate(1000)
+        for call in (lambda: tessera.pause("default"), lambda: tessera.resume("default"),
+                     lambda: tessera.sleep(offload_tags="default")):
+            with self.assertRaises(tessera.TesseraValueError) as raised:
+                call()
+            self.assertIn("'default'", str(raised.exception))
+        self.assertEqual(tag_stat("default", "paused"), 0)
+        for bad, why in (("a\0b", "NUL"), ("\udcff", "UTF-8"), ("x" * 300, "bytes long"), ("bell\a", "control")):
+            with self.assertRaises(tessera.TesseraValueError) as raised:
+                with tessera.region(bad):
+                    allocate(1)
+            self.assertIn(why, str(raised.exception))
+        # Straight through the C ABI: refused there too, and the statistics stay readable.
+        self.assertEqual(_lib.library().tessera_push_tag(b"\xff"), -1)
+        self.assertIn("UTF-8", tessera.last_error())
+        self.assertIn("tessera.tag.default.allocated_bytes", tessera.memory_stats())
+        tessera.empty_cache()
+        self.assertIsInstance(tessera.memory_stats(), dict)
+        free(keep)
+
+    def test_sleep_refuses_an_offload_tag_without_memory_before_pausing_anything(self):
+        with tessera.region("sleep_weights"):
+            weights = allocate(1 * MiB)
+        with self.assertRaises(tessera.TesseraValueError) as raised:
+            tessera.sleep(offload_tags=("sleep_weigths",))  # a typo
+        self.assertIn("'sleep_weigths'", str(raised.exception))
+        self.assertIn("'sleep_weights'", str(raised.exception), "lists the tags there")
+        self.assertEqual(tag_stat("sleep_weights", "paused"), 0, "nothing paused")
+        with self.assertRaises(tessera.TesseraValueError):
+            tessera.wake_up(tags=("sleep_weigths",))
+        free(weights)
+
+    def test_pause_and_resume_of_every_tag_while_other_threads_open_regions(self):
+        import threading
+
+        stop = threading.Event()
+        errors = []
+
+        def open_regions():
+            count = 0
+            while not stop.is_set():
+                count += 1
+                try:
+                    with tessera.region(f"race_{count % 50}"):
+                        pointer = _lib.library().tessera_alloc(4096, 0, None)  # NULL while its tag is paused
+                    if pointer:
+                        free(pointer)
+                except Exception as error:  # noqa: BLE001 - any error of region() is the failure
+                    errors.append(error)
+                    return
+
+        threads = [threading.Thread(target=open_regions) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in range(40):
+                tessera.pause()
+                tessera.resume()
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        self.assertEqual(errors, [])
+        tessera.resume()
+        paused = [key for key, value in tessera.memory_stats().items()
+                  if key.startswith("tessera.tag.") and key.endswith(".paused") and value]
+        self.assertEqual(paused, [], "every tag resumed")
+
 
 if __name__ == "__main__":
     allocate(1)  # the allocator of device 0 exists from here on
