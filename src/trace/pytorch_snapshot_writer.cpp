@@ -380,11 +380,12 @@ struct StackSource {
   const std::vector<Stack>* table = nullptr;
   const std::vector<std::uint32_t>* events = nullptr;
   const std::vector<std::uint32_t>* initial = nullptr;
+  bool own_frees = false;  // the trace's: a free is written with its own stack, none included, to read back the same
 };
 
 StackSource stack_source(const Trace& trace, const SnapshotWriteOptions& options) {
   if (options.event_stacks != nullptr && !options.event_stacks->empty()) return {options.stacks, options.event_stacks, nullptr};
-  if (!trace.stacks.empty()) return {&trace.stacks, &trace.event_stacks, &trace.initial_stacks};
+  if (!trace.stacks.empty()) return {&trace.stacks, &trace.event_stacks, &trace.initial_stacks, true};
   return {};
 }
 
@@ -538,7 +539,7 @@ void write_segment_entry(PickleWriter& out, const trace_detail::SegmentEntry& en
 // A free is free_requested then free_completed at once: the caller let go and the block was reusable at
 // the same moment (MemoryViz shows the pair as one "free"). Segment entries go before the event they precede,
 // at the time of the last event before them (of the first event when none is). An alloc carries its block's
-// stack; a free its own where it has one (a recording's frees), else its block's, as a history's do.
+// stack; a free of the trace's stacks its own (a recording's frees), one of a history's its block's.
 void write_events(PickleWriter& out, const Trace& trace, const std::vector<Address>& addresses,
                   const std::vector<trace_detail::SegmentEntry>& segment_entries, const StackSource& stacks,
                   const std::vector<std::uint32_t>& block_stack) {
@@ -566,7 +567,7 @@ void write_events(PickleWriter& out, const Trace& trace, const std::vector<Addre
     if (event.kind == TraceEventKind::alloc) {
       write_entry(out, "alloc", trace, event, addresses[event.block], stacks.table, of_block);
     } else if (event.kind == TraceEventKind::free) {
-      const std::uint32_t stack = own != 0 ? own : of_block;
+      const std::uint32_t stack = own != 0 || stacks.own_frees ? own : of_block;
       write_entry(out, "free_requested", trace, event, addresses[event.block], stacks.table, stack);
       write_entry(out, "free_completed", trace, event, addresses[event.block], stacks.table, stack);
     }
