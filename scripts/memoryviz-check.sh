@@ -36,6 +36,8 @@ done
 [[ -f "$snapshot" ]] || { echo "memoryviz-check: no snapshot at $snapshot"; exit 2; }
 command -v python3 >/dev/null || { echo "memoryviz-check: python3 is needed to build the pages"; exit 2; }
 mkdir -p "$out" || exit 2
+# Chromium opens the pages by file:// URL, which must name an absolute path.
+out=$(cd "$out" && pwd) || exit 2
 
 # One page per view: d3 as a classic script, MemoryViz inline as a module (a module from file:// is refused),
 # its imports replaced by d3's global, the snapshot inline as base64 as PyTorch's own _memory_viz.py embeds it,

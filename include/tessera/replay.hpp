@@ -104,6 +104,9 @@ struct ReplayResult {
   // keep_state: segments made and freed, pages mapped, unmapped and pooled, in order with the events; their
   // bytes add up to the reserved bytes (the driver's pages) after every event.
   std::vector<SegmentChange> segment_changes;
+  // keep_state: the first this many of them were made while the initial blocks were placed: the memory that
+  // held the trace's blocks before its first event, the snapshot's starting state.
+  std::size_t starting_segment_changes = 0;
   // Not empty: this replay failed with an error that is not an out-of-memory answer (a driver error, the
   // host out of memory, live bytes past 2^64), and this says why and at which event; the figures above are
   // then not measured. replay() returns such an error instead; the command's runner keeps it here, so that

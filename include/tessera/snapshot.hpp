@@ -80,17 +80,6 @@ struct SegmentChange {
   bool operator==(const SegmentChange&) const = default;
 };
 
-// One frame of the stack that made an allocation, as PyTorch's snapshot writes it. A stack lists its frames
-// innermost first.
-struct StackFrame {
-  std::string filename;
-  std::uint32_t line = 0;
-  std::string name;
-
-  bool operator==(const StackFrame&) const = default;
-};
-using Stack = std::vector<StackFrame>;
-
 // The allocation history (PyTorch's torch.cuda.memory._record_memory_history): the newest allocs and frees,
 // with the addresses they had, and the allocator's segments at the moment it was taken — what
 // write_history_snapshot needs to write a file that pytorch.org/memory_viz opens.
@@ -131,6 +120,10 @@ struct SnapshotWriteOptions {
   // it are the state's less what the window pooled.
   const std::vector<SegmentChange>* segment_changes = nullptr;
   bool changes_from_empty = true;
+  // The first this many changes (from empty) made the memory that held the initial blocks: they are the
+  // snapshot's starting state, in its segments but not written as entries, as PyTorch records memory that
+  // existed before recording began (ReplayResult::starting_segment_changes).
+  std::size_t starting_changes = 0;
   // Stacks of the events (AllocationHistory::stacks and event_stacks); not owned. An alloc's stack is
   // written as the `frames` of its alloc, of its free and of its block in the segments.
   const std::vector<Stack>* stacks = nullptr;

@@ -81,6 +81,17 @@ struct InitialBlock {
   bool operator==(const InitialBlock&) const = default;
 };
 
+// One frame of the stack that made an allocation or a free, as PyTorch's snapshot writes it. A stack lists its frames
+// innermost first.
+struct StackFrame {
+  std::string filename;
+  std::uint32_t line = 0;
+  std::string name;
+
+  bool operator==(const StackFrame&) const = default;
+};
+using Stack = std::vector<StackFrame>;
+
 struct Trace {
   std::string name;                         // the recording's name: the file's stem unless the file names it
   std::string device;                       // where it was recorded ("cuda:0"); empty when unknown
@@ -91,6 +102,13 @@ struct Trace {
   std::vector<InitialBlock> initial_blocks;
   std::vector<TraceEvent> events;
   BlockId block_count = 0;                  // block ids are 0 .. block_count-1; readers number initial blocks first
+  // The stacks the recording gave its allocs and frees (a PyTorch snapshot's frames), kept apart from the
+  // events so that a trace without them costs nothing: all three empty, or stacks[0] is the empty stack and
+  // event_stacks[i] (one per event) and initial_stacks[k] (one per initial block) index the table. The text
+  // format does not carry them.
+  std::vector<Stack> stacks;
+  std::vector<std::uint32_t> event_stacks;
+  std::vector<std::uint32_t> initial_stacks;
 
   bool operator==(const Trace&) const = default;
 };
@@ -133,8 +151,9 @@ bool is_trace_tag_name(std::string_view name) noexcept;
 // Every id and stream index in range; every initial block and every alloc names a block not seen before
 // (ids are never reused) and has at least one byte; every free names a live block and repeats its size and
 // stream. The tag table starts with "default" and names each tag once; every tag index is in range; a pause
-// names a tag that is not paused, a resume one that is, and no alloc comes under a paused tag. The error
-// names the first offending event.
+// names a tag that is not paused, a resume one that is, and no alloc comes under a paused tag. The stacks are
+// none, or as Trace says: one per event and one per initial block, each in the table. The error names the
+// first offending event.
 Result<void> validate(const Trace& trace);
 
 // ---- Readers. Each reads a whole file; gzip-compressed input is recognized by its magic bytes and

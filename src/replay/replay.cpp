@@ -164,6 +164,9 @@ Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& o
       if (!placed) return std::move(placed).error();
       if (!*placed) return {};
     }
+    // What placing them mapped is the snapshot's starting state, not entries of its trace (MemoryViz finds
+    // every block live before the first entry in a segment that no entry makes).
+    if (rig.segments != nullptr) result.starting_segment_changes = rig.segments->size();
     observe(std::size_t{0}, live, false, false);
     for (std::size_t index = 0; index < trace.events.size(); ++index) {
       current = index;

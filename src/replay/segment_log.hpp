@@ -31,6 +31,7 @@ class SegmentLog final : public AllocatorObserver {
   void slivers_mapped(std::span<const SliverMapping> slivers) override;
   void slivers_unmapped(std::span<const SliverMapping> slivers) override;
 
+  std::size_t size() const noexcept { return changes_.size(); }
   std::vector<SegmentChange> take() { return std::move(changes_); }
 
  private:

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -118,6 +119,31 @@ class SnapshotReader {
     return no_time;  // None: the recording had no clock
   }
 
+  // The entry's or block's `frames` as an index into the stack table (0: none). Frames that are not a list of
+  // {filename, line, name} dicts are no stack: the viewer shows none either. Each distinct stack is kept once.
+  std::uint32_t stack_of(PickleRef dict) {
+    const std::optional<PickleRef> frames = tree_.find(dict, "frames");
+    if (!frames || tree_.kind(*frames) != PickleKind::list || tree_.items(*frames).empty()) return 0;
+    if (const auto known = stack_by_list_.find(*frames); known != stack_by_list_.end()) return known->second;
+    Stack stack;
+    std::string key;
+    for (const PickleRef frame : tree_.items(*frames)) {
+      if (tree_.kind(frame) != PickleKind::dict) return 0;
+      StackFrame out;
+      if (const auto filename = tree_.find(frame, "filename")) out.filename = tree_.string(*filename).value_or("");
+      if (const auto name = tree_.find(frame, "name")) out.name = tree_.string(*name).value_or("");
+      if (const auto line = tree_.find(frame, "line")) {
+        out.line = static_cast<std::uint32_t>(std::clamp<std::int64_t>(tree_.integer(*line).value_or(0), 0, std::numeric_limits<std::uint32_t>::max()));
+      }
+      key += fmt::format("{}\n{}\n{}\n", out.filename, out.line, out.name);
+      stack.push_back(std::move(out));
+    }
+    const auto [it, inserted] = stack_by_text_.try_emplace(std::move(key), static_cast<std::uint32_t>(stacks_.size()));
+    if (inserted) stacks_.push_back(std::move(stack));
+    stack_by_list_.emplace(*frames, it->second);
+    return it->second;
+  }
+
   std::optional<Error> read_event(int device, std::size_t index, PickleRef event) {
     const std::string where = fmt::format("device_traces[{}][{}]", device, index);
     if (tree_.kind(event) != PickleKind::dict) return fail(where, "is not a dict");
@@ -140,15 +166,19 @@ class SnapshotReader {
           return fail(located, fmt::format("at address {:#x}, which holds a live block", key));
         }
         if (status != TraceBuilder::Status::ok) return builder_error(located, status);
+        if (const std::uint32_t stack = stack_of(event); stack != 0) builder_.stack_of_last_event(stack);
       } else {
         // A free of an address the recording never used frees a block live before it began.
         if (!builder_.seen(key)) {
           const TraceBuilder::Status status = builder_.declare_initial(key, size, stream);
           if (status != TraceBuilder::Status::ok) return builder_error(located, status);
+          // Its alloc was not recorded: the free's stack is all that is known of it.
+          if (const std::uint32_t stack = stack_of(event); stack != 0) builder_.stack_of_last_initial(stack);
         }
         if (builder_.free(key, time) != TraceBuilder::Status::ok) {
           return fail(located, fmt::format("of address {:#x}, which holds no live block", key));
         }
+        if (const std::uint32_t stack = stack_of(event); stack != 0) builder_.stack_of_last_event(stack);
       }
       reserved_delta_at_event_.push_back(reserved_delta_);
       return {};
@@ -226,6 +256,7 @@ class SnapshotReader {
           }
           const TraceBuilder::Status status = builder_.declare_initial(block_address, requested, stream_of(segment));
           if (status != TraceBuilder::Status::ok) return builder_error(block_where, status);
+          if (const std::uint32_t stack = stack_of(block); stack != 0) builder_.stack_of_last_initial(stack);
         }
         block_address += size;
       }
@@ -252,6 +283,7 @@ class SnapshotReader {
       recording_.reserved_after.push_back(static_cast<std::uint64_t>(reserved));
     }
     recording_.trace = builder_.finish(trace_detail::trace_name_from_source(source_), fmt::format("cuda:{}", device));
+    if (!recording_.trace.event_stacks.empty() || !recording_.trace.initial_stacks.empty()) recording_.trace.stacks = std::move(stacks_);
     return std::move(recording_);
   }
 
@@ -264,6 +296,9 @@ class SnapshotReader {
   std::vector<std::int64_t> reserved_delta_at_event_;  // reserved_delta_ as each trace event was read
   std::unordered_set<std::uint64_t> segments_seen_;    // addresses of segment_alloc and segment_free
   std::unordered_map<PickleRef, std::size_t> blocks_lists_;  // the segment each blocks list was read for
+  std::vector<Stack> stacks_{Stack{}};                        // the trace's stack table, stacks_[0] empty
+  std::unordered_map<std::string, std::uint32_t> stack_by_text_;
+  std::unordered_map<PickleRef, std::uint32_t> stack_by_list_;  // a frames list the pickle shares, read once
 };
 
 }  // namespace

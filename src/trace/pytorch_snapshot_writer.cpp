@@ -206,7 +206,9 @@ std::string_view state_name(BlockState state) {
 // Without a state: a segment per never-freed initial block, then the union of every other block's
 // footprint, cut into disjoint extents, with the blocks live at the end active and the rest inactive.
 std::vector<OutSegment> synthesize_segments(const Trace& trace, const std::vector<BlockFacts>& facts,
-                                            const std::vector<Address>& addresses) {
+                                            const std::vector<Address>& addresses,
+                                            const std::vector<std::uint32_t>& block_stack) {
+  auto stack_of = [&](BlockId id) { return block_stack.empty() ? 0 : block_stack[id]; };
   std::vector<OutSegment> segments;
   for (const InitialBlock& block : trace.initial_blocks) {
     if (!never_freed_initial(facts[block.id])) continue;
@@ -216,7 +218,7 @@ std::vector<OutSegment> synthesize_segments(const Trace& trace, const std::vecto
                         size,
                         static_cast<std::uint64_t>(trace.streams[block.stream]),
                         size <= small_segment,
-                        {{address, size, block.size, BlockState::active_allocated}}});
+                        {{address, size, block.size, BlockState::active_allocated, stack_of(block.id)}}});
   }
   std::vector<BlockId> others;
   for (BlockId id = 0; id < trace.block_count; ++id) {
@@ -245,7 +247,7 @@ std::vector<OutSegment> synthesize_segments(const Trace& trace, const std::vecto
       // A replay may pack blocks closer than the rounding: a block ends where the next live one starts.
       Address block_end = std::min<Address>(address + footprint(facts[id].size), end);
       if (next_live + 1 < live_at_end.size()) block_end = std::min(block_end, addresses[live_at_end[next_live + 1]]);
-      segment.blocks.push_back({address, block_end - address, facts[id].size, BlockState::active_allocated});
+      segment.blocks.push_back({address, block_end - address, facts[id].size, BlockState::active_allocated, stack_of(id)});
       cursor = block_end;
     }
     if (cursor < end) segment.blocks.push_back({cursor, end - cursor, 0, BlockState::inactive});
@@ -372,6 +374,21 @@ static_assert(static_cast<int>(SnapshotBlock::State::active_pending_free) ==
               static_cast<int>(BlockState::active_pending_free));
 static_assert(static_cast<int>(SnapshotBlock::State::inactive) == static_cast<int>(BlockState::inactive));
 
+// Where the stacks come from: the options' (a history's), else the trace's own (a recording's frames, carried
+// through a replay); none when neither has any.
+struct StackSource {
+  const std::vector<Stack>* table = nullptr;
+  const std::vector<std::uint32_t>* events = nullptr;
+  const std::vector<std::uint32_t>* initial = nullptr;
+  bool own_frees = false;  // the trace's: a free is written with its own stack, none included, to read back the same
+};
+
+StackSource stack_source(const Trace& trace, const SnapshotWriteOptions& options) {
+  if (options.event_stacks != nullptr && !options.event_stacks->empty()) return {options.stacks, options.event_stacks, nullptr};
+  if (!trace.stacks.empty()) return {&trace.stacks, &trace.event_stacks, &trace.initial_stacks, true};
+  return {};
+}
+
 // ---- The pickle.
 
 // A stack as PyTorch writes `frames`: a list of {filename, line, name}, innermost first. Index 0 is none.
@@ -448,6 +465,46 @@ void write_segment(PickleWriter& out, const OutSegment& segment, int device, con
   out.end_dict();
 }
 
+// Every entry has a time_us, as PyTorch 2.x writes it: None where the trace has no time (the reader reads that
+// as no time).
+void write_time(PickleWriter& out, std::int64_t time_us) {
+  out.memo_string("time_us");
+  if (time_us == no_time) {
+    out.none();
+  } else {
+    out.integer(time_us);
+  }
+}
+
+// allocator_settings as PyTorch names them: its defaults, but for expandable segments (the segments are written
+// is_expandable: memory mapped into reserved ranges).
+void write_allocator_settings(PickleWriter& out) {
+  out.memo_string("allocator_settings");
+  out.begin_dict();
+  out.memo_string("PYTORCH_CUDA_ALLOC_CONF");
+  out.memo_string("");
+  out.memo_string("max_split_size");
+  out.integer(-1);
+  out.memo_string("garbage_collection_threshold");
+  out.real(0.0);
+  out.memo_string("expandable_segments");
+  out.boolean(true);
+  out.memo_string("pinned_num_register_threads");
+  out.integer(1);
+  out.memo_string("release_lock_on_cudamalloc");
+  out.boolean(false);
+  out.memo_string("pinned_use_cuda_host_register");
+  out.boolean(false);
+  out.memo_string("roundup_power2_divisions");
+  out.begin_dict();
+  for (std::uint64_t interval = 1; interval <= 32768; interval *= 2) {
+    out.memo_string(fmt::format("{}", interval));
+    out.integer(0);
+  }
+  out.end_dict();
+  out.end_dict();
+}
+
 void write_entry(PickleWriter& out, std::string_view action, const Trace& trace, const TraceEvent& event,
                  Address address, const std::vector<Stack>* stacks, std::uint32_t stack) {
   out.begin_dict();
@@ -459,15 +516,12 @@ void write_entry(PickleWriter& out, std::string_view action, const Trace& trace,
   out.unsigned_integer(event.size);
   out.memo_string("stream");
   out.integer(static_cast<std::int64_t>(static_cast<std::uint64_t>(trace.streams[event.stream])));  // as above
-  if (event.time_us != no_time) {
-    out.memo_string("time_us");
-    out.integer(event.time_us);
-  }
+  write_time(out, event.time_us);
   write_frames(out, stacks, stack);
   out.end_dict();
 }
 
-void write_segment_entry(PickleWriter& out, const trace_detail::SegmentEntry& entry) {
+void write_segment_entry(PickleWriter& out, const trace_detail::SegmentEntry& entry, std::int64_t time_us) {
   out.begin_dict();
   out.memo_string("action");
   out.memo_string(entry.action);
@@ -477,32 +531,45 @@ void write_segment_entry(PickleWriter& out, const trace_detail::SegmentEntry& en
   out.unsigned_integer(entry.size);
   out.memo_string("stream");
   out.integer(static_cast<std::int64_t>(static_cast<std::uint64_t>(entry.stream)));  // as above
+  write_time(out, time_us);
   write_frames(out, nullptr, 0);
   out.end_dict();
 }
 
 // A free is free_requested then free_completed at once: the caller let go and the block was reusable at
-// the same moment (MemoryViz shows the pair as one "free"). Segment entries go before the event they precede;
-// a free carries its block's stack, as PyTorch's free entries carry the allocation's.
+// the same moment (MemoryViz shows the pair as one "free"). Segment entries go before the event they precede,
+// at the time of the last event before them (of the first event when none is). An alloc carries its block's
+// stack; a free of the trace's stacks its own (a recording's frees), one of a history's its block's.
 void write_events(PickleWriter& out, const Trace& trace, const std::vector<Address>& addresses,
-                  const std::vector<trace_detail::SegmentEntry>& segment_entries, const std::vector<Stack>* stacks,
+                  const std::vector<trace_detail::SegmentEntry>& segment_entries, const StackSource& stacks,
                   const std::vector<std::uint32_t>& block_stack) {
+  std::int64_t first_time = no_time;
+  for (const TraceEvent& event : trace.events) {
+    if (event.time_us != no_time) {
+      first_time = event.time_us;
+      break;
+    }
+  }
+  std::int64_t last_time = first_time;
   out.begin_list();
   std::size_t next_entry = 0;
   auto entries_before = [&](std::size_t index) {
     for (; next_entry < segment_entries.size() && segment_entries[next_entry].before_event == index; ++next_entry) {
-      write_segment_entry(out, segment_entries[next_entry]);
+      write_segment_entry(out, segment_entries[next_entry], last_time);
     }
   };
   for (std::size_t index = 0; index < trace.events.size(); ++index) {
     entries_before(index);
     const TraceEvent& event = trace.events[index];
-    const std::uint32_t stack = block_stack.empty() ? 0 : block_stack[event.block];
+    if (event.time_us != no_time) last_time = event.time_us;
+    const std::uint32_t own = stacks.events == nullptr ? 0 : (*stacks.events)[index];
+    const std::uint32_t of_block = block_stack.empty() ? 0 : block_stack[event.block];
     if (event.kind == TraceEventKind::alloc) {
-      write_entry(out, "alloc", trace, event, addresses[event.block], stacks, stack);
+      write_entry(out, "alloc", trace, event, addresses[event.block], stacks.table, of_block);
     } else if (event.kind == TraceEventKind::free) {
-      write_entry(out, "free_requested", trace, event, addresses[event.block], stacks, stack);
-      write_entry(out, "free_completed", trace, event, addresses[event.block], stacks, stack);
+      const std::uint32_t stack = own != 0 || stacks.own_frees ? own : of_block;
+      write_entry(out, "free_requested", trace, event, addresses[event.block], stacks.table, stack);
+      write_entry(out, "free_completed", trace, event, addresses[event.block], stacks.table, stack);
     }
   }
   entries_before(trace.events.size());
@@ -545,15 +612,20 @@ std::vector<OutSegment> held_segments(const Trace& trace, const std::vector<Bloc
   return segments;
 }
 
-// The stack of each block's alloc (0: none), from the events' stacks.
-Result<std::vector<std::uint32_t>> block_stacks(const Trace& trace, const SnapshotWriteOptions& options) {
-  if (options.event_stacks == nullptr || options.event_stacks->empty()) return std::vector<std::uint32_t>{};
-  const std::vector<std::uint32_t>& event_stacks = *options.event_stacks;
+// The stack of each block (0: none): its alloc's, or an initial block's own.
+Result<std::vector<std::uint32_t>> block_stacks(const Trace& trace, const StackSource& source) {
+  if (source.events == nullptr) return std::vector<std::uint32_t>{};
+  const std::vector<std::uint32_t>& event_stacks = *source.events;
   if (event_stacks.size() != trace.events.size()) {
     return invalid(fmt::format("{} event stacks for {} events", event_stacks.size(), trace.events.size()));
   }
-  const std::size_t known = options.stacks == nullptr ? 0 : options.stacks->size();
+  const std::size_t known = source.table == nullptr ? 0 : source.table->size();
   std::vector<std::uint32_t> stacks(trace.block_count, 0);
+  if (source.initial != nullptr) {
+    for (std::size_t k = 0; k < source.initial->size() && k < trace.initial_blocks.size(); ++k) {
+      stacks[trace.initial_blocks[k].id] = (*source.initial)[k];  // validate() checked the indices
+    }
+  }
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     if (event_stacks[i] == 0) continue;
     if (event_stacks[i] >= known) {
@@ -632,8 +704,26 @@ Result<ChangeLayout> lay_out_changes(const Trace& trace, const SnapshotWriteOpti
     }
     pooled_before = static_cast<Bytes>(before);
   }
+  // The starting state's changes are in the segments (the fold above) and not among the entries: undone by
+  // MemoryViz, they would leave the blocks live before the first entry outside every segment.
+  const std::size_t starting = options.starting_changes;
+  if (starting > changes.size()) {
+    return invalid(fmt::format("{} starting segment changes of {}", starting, changes.size()));
+  }
+  if (starting > 0 && !options.changes_from_empty) {
+    return invalid("starting segment changes need changes that start from empty");
+  }
+  const std::vector<SegmentChange> starting_state(changes.begin(), changes.begin() + static_cast<std::ptrdiff_t>(starting));
+  const std::vector<SegmentChange> after_start(changes.begin() + static_cast<std::ptrdiff_t>(starting), changes.end());
+  if (starting > 0) {
+    if (Result<trace_detail::HeldMemory> held = trace_detail::fold_segment_changes(starting_state); !held) {
+      return std::move(held).error();
+    } else {
+      pooled_before = held->pooled;
+    }
+  }
   Result<std::vector<trace_detail::SegmentEntry>> entries =
-      trace_detail::segment_entries(changes, trace.events.size(), pooled_before);
+      trace_detail::segment_entries(after_start, trace.events.size(), pooled_before);
   if (!entries) return std::move(entries).error();
   layout.entries = std::move(*entries);
   return layout;
@@ -675,7 +765,8 @@ Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vecto
   if (!addresses.empty()) {
     if (Result<void> checked = check_addresses(trace, addresses); !checked) return std::move(checked).error();
   }
-  Result<std::vector<std::uint32_t>> block_stack = block_stacks(trace, options);
+  const StackSource stacks = stack_source(trace, options);
+  Result<std::vector<std::uint32_t>> block_stack = block_stacks(trace, stacks);
   if (!block_stack) return std::move(block_stack).error();
   ChangeLayout changes;
   if (options.segment_changes != nullptr) {
@@ -693,15 +784,15 @@ Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vecto
   } else if (changes.held) {
     segments = held_segments(trace, facts, where, *changes.held, *block_stack);
   } else {
-    segments = synthesize_segments(trace, facts, where);
+    segments = synthesize_segments(trace, facts, where, *block_stack);
   }
 
-  // Only the two keys MemoryViz reads; allocator_settings and external_annotations are optional there.
+  // The four top-level keys PyTorch 2.x writes; MemoryViz reads the first two.
   PickleWriter out;
   out.begin_dict();
   out.memo_string("segments");
   out.begin_list();
-  for (const OutSegment& segment : segments) write_segment(out, segment, *device, options.stacks);
+  for (const OutSegment& segment : segments) write_segment(out, segment, *device, stacks.table);
   out.end_list();
   out.memo_string("device_traces");
   out.begin_list();
@@ -709,7 +800,11 @@ Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vecto
     out.begin_list();
     out.end_list();
   }
-  write_events(out, trace, where, changes.entries, options.stacks, *block_stack);
+  write_events(out, trace, where, changes.entries, stacks, *block_stack);
+  out.end_list();
+  write_allocator_settings(out);
+  out.memo_string("external_annotations");  // none: a trace records no annotations
+  out.begin_list();
   out.end_list();
   out.end_dict();
   return out.finish();

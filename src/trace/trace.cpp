@@ -126,6 +126,37 @@ TraceSummary summarize(const Trace& trace) {
   return summary;
 }
 
+namespace {
+
+// Stacks are all or nothing: a table that starts with the empty stack, and an index for every event and every
+// initial block (a reader of a recording without frames leaves all three empty).
+Result<void> validate_stacks(const Trace& trace) {
+  auto fail = [](std::string what) { return make_error(Errc::invalid_argument, std::move(what)); };
+  if (trace.stacks.empty() && trace.event_stacks.empty() && trace.initial_stacks.empty()) return {};
+  if (trace.stacks.empty() || !trace.stacks.front().empty()) return fail("stack 0 must be the empty stack");
+  if (trace.event_stacks.size() != trace.events.size()) {
+    return fail(fmt::format("{} event stacks for {} events", trace.event_stacks.size(), trace.events.size()));
+  }
+  if (trace.initial_stacks.size() != trace.initial_blocks.size()) {
+    return fail(fmt::format("{} initial block stacks for {} initial blocks", trace.initial_stacks.size(),
+                            trace.initial_blocks.size()));
+  }
+  for (std::size_t i = 0; i < trace.event_stacks.size(); ++i) {
+    if (trace.event_stacks[i] >= trace.stacks.size()) {
+      return fail(fmt::format("event {} names stack {}; there are {}", i, trace.event_stacks[i], trace.stacks.size()));
+    }
+  }
+  for (std::size_t i = 0; i < trace.initial_stacks.size(); ++i) {
+    if (trace.initial_stacks[i] >= trace.stacks.size()) {
+      return fail(fmt::format("initial block {} names stack {}; there are {}", trace.initial_blocks[i].id,
+                              trace.initial_stacks[i], trace.stacks.size()));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<void> validate(const Trace& trace) {
   enum class State : std::uint8_t { unused, live, freed };
   std::vector<State> state(trace.block_count, State::unused);
@@ -146,6 +177,7 @@ Result<void> validate(const Trace& trace) {
       return fail(fmt::format("tag {} '{}' is in the tag table twice", t, trace.tags[t]));
     }
   }
+  if (auto stacks = validate_stacks(trace); !stacks) return fail(stacks.error().message);
   std::vector<bool> paused(trace.tags.size(), false);
   for (std::size_t i = 0; i < trace.initial_blocks.size(); ++i) {
     const InitialBlock& block = trace.initial_blocks[i];

@@ -59,6 +59,18 @@ void TraceBuilder::pause(TraceTag tag, bool backup, std::int64_t time_us) {
 
 void TraceBuilder::resume(TraceTag tag, std::int64_t time_us) { events_.push_back(TraceEvent::resume(tag, time_us)); }
 
+void TraceBuilder::stack_of_last_event(std::uint32_t stack) {
+  if (events_.empty()) return;
+  event_stacks_.resize(events_.size(), 0);
+  event_stacks_.back() = stack;
+}
+
+void TraceBuilder::stack_of_last_initial(std::uint32_t stack) {
+  if (initial_.empty()) return;
+  initial_stacks_.resize(initial_.size(), 0);
+  initial_stacks_.back() = stack;
+}
+
 Trace TraceBuilder::finish(std::string name, std::string device) {
   // Renumber: initial blocks first, so that a replay creates blocks 0..k-1 before the first event.
   constexpr BlockId unassigned = std::numeric_limits<BlockId>::max();
@@ -83,6 +95,12 @@ Trace TraceBuilder::finish(std::string name, std::string device) {
   trace.streams = std::move(streams_);
   trace.events = std::move(events_);
   trace.block_count = next;
+  if (!event_stacks_.empty() || !initial_stacks_.empty()) {
+    event_stacks_.resize(trace.events.size(), 0);
+    initial_stacks_.resize(trace.initial_blocks.size(), 0);
+    trace.event_stacks = std::move(event_stacks_);
+    trace.initial_stacks = std::move(initial_stacks_);
+  }
   return trace;
 }
 

@@ -43,6 +43,11 @@ class TraceBuilder {
   void pause(TraceTag tag, bool backup, std::int64_t time_us);
   void resume(TraceTag tag, std::int64_t time_us);
 
+  // The stack of the event just added, or of the initial block just declared: an index into the table the
+  // reader keeps and hands to the trace (Trace::stacks). Only readers of recordings with stacks call these.
+  void stack_of_last_event(std::uint32_t stack);
+  void stack_of_last_initial(std::uint32_t stack);
+
   bool is_live(std::uint64_t key) const { return live_.contains(key); }
   // Whether any alloc, free or declaration has used the key.
   bool seen(std::uint64_t key) const { return seen_.contains(key); }
@@ -66,6 +71,9 @@ class TraceBuilder {
   std::vector<Block> blocks_;  // by provisional id: the order of creation
   std::vector<BlockId> initial_;
   std::vector<TraceEvent> events_;
+  // Filled up to the last index given; finish() pads them with 0 when any was given, else leaves them empty.
+  std::vector<std::uint32_t> event_stacks_;
+  std::vector<std::uint32_t> initial_stacks_;  // in declaration order
   std::unordered_map<std::uint64_t, BlockId> live_;
   std::unordered_set<std::uint64_t> seen_;
 };

@@ -319,7 +319,9 @@ void expect_viewer_layout(std::string_view pickle, int device) {
   const PickleTree tree = must(trace_detail::parse_pickle(pickle, "written"));
   const PickleRef root = tree.root();
   ASSERT_EQ(tree.kind(root), PickleKind::dict);
-  ASSERT_EQ(tree.size(root), 2u) << "segments and device_traces only";
+  ASSERT_EQ(tree.size(root), 4u) << "segments, device_traces, allocator_settings and external_annotations";
+  ASSERT_TRUE(tree.find(root, "allocator_settings"));
+  ASSERT_TRUE(tree.find(root, "external_annotations"));
   const PickleRef segments = *tree.find(root, "segments");
   const PickleRef traces = *tree.find(root, "device_traces");
   auto number = [&](PickleRef dict, std::string_view key) -> std::uint64_t {

@@ -44,6 +44,7 @@ int write_snapshot(const Trace& trace, const ReplayResult& result, const std::st
   SnapshotWriteOptions write_options;
   if (result.final_state) write_options.state = &*result.final_state;
   write_options.segment_changes = &result.segment_changes;  // the reserved bytes as they went
+  write_options.starting_changes = result.starting_segment_changes;
   if (auto written = write_pytorch_snapshot(trace, result.addresses, path, write_options); !written) {
     fmt::print(stderr, "tessera replay: --snapshot: {}\n", written.error().message);
     return exit_failure;
