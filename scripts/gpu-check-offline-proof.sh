@@ -50,9 +50,15 @@ say "tree copied: $(du -sh "$ROOT/src/tessera" | cut -f1) ($(du -sh gpu-deps | c
 # 4. The check, with no network: a connection to the mirror's address must fail first.
 address=$(getent ahostsv4 deb.debian.org | awk 'NR == 1 {print $1}')
 address="${address:-151.101.2.132}"
+if timeout 5 bash -c "exec 3<>/dev/tcp/$address/80" 2>/dev/null; then
+  say "this machine reaches the mirror's address $address:80 (the chroot must not)"
+else
+  say "this machine does not reach $address:80 either: the check below proves less"
+fi
 say "unshare -n chroot: scripts/gpu-check.sh (build parallelism $JOBS)"
 started=$SECONDS
 rc=0
+# shellcheck disable=SC2016  # the script's $1..$3 are expanded by the bash inside unshare
 unshare --net --mount --fork bash -c '
   set -e
   mount -t proc proc "$1/proc"
