@@ -46,14 +46,22 @@ std::size_t too_deep_at(std::string_view text) {
 // Follows the nesting; builds only the elements of the events array that are objects, one at a time.
 class EventsHandler final : public nlohmann::json_sax<json> {
  public:
-  explicit EventsHandler(const JsonEventSink& sink) : sink_(sink) {}
+  explicit EventsHandler(const JsonEventSink& sink) : sink_(sink) {
+    for (const std::string_view field : sink.fields) {
+      const std::size_t slash = field.find('/');
+      fields_.push_back(slash == std::string_view::npos ? Field{field, {}}
+                                                        : Field{field.substr(0, slash), field.substr(slash + 1)});
+    }
+  }
 
   bool null() override { return value(json(nullptr)); }
   bool boolean(bool v) override { return value(json(v)); }
   bool number_integer(number_integer_t v) override { return value(json(v)); }
   bool number_unsigned(number_unsigned_t v) override { return value(json(v)); }
   bool number_float(number_float_t v, const string_t&) override { return value(json(v)); }
-  bool string(string_t& v) override { return value(building_.empty() ? json() : json(std::move(v))); }
+  bool string(string_t& v) override {
+    return value(building_.empty() || skipping_ > 0 || skip_next_ ? json() : json(std::move(v)));
+  }
   bool binary(binary_t& v) override { return value(json::binary(std::move(v))); }
   bool start_object(std::size_t) override { return open(json::value_t::object); }
   bool start_array(std::size_t) override { return open(json::value_t::array); }
@@ -61,7 +69,12 @@ class EventsHandler final : public nlohmann::json_sax<json> {
   bool end_array() override { return close(); }
 
   bool key(string_t& name) override {
+    if (skipping_ > 0) return true;
     if (!building_.empty()) {
+      if (!wanted(name)) {
+        skip_next_ = true;
+        return true;
+      }
       element_ = &(*building_.back())[name];
     } else if (depth_ == 1 && root_ == json::value_t::object) {
       events_key_ = name == "traceEvents";
@@ -117,6 +130,30 @@ class EventsHandler final : public nlohmann::json_sax<json> {
     if (sink_.restart) sink_.restart();
   }
 
+  // Whether the value of `name`, a key of the object being built, is one of the sink's fields; the key of
+  // the event's own object is kept for the fields below it. Sizes are compared first: most keys are not
+  // fields, and this runs for every key of every event.
+  bool wanted(std::string_view name) {
+    if (fields_.empty() || building_.size() > 2) return true;
+    if (building_.size() == 1) {
+      bool found = false;
+      outer_whole_ = false;
+      for (const Field& field : fields_) {
+        if (field.outer == name) {
+          found = true;
+          outer_whole_ = outer_whole_ || field.inner.empty();
+        }
+      }
+      if (found) outer_key_.assign(name);
+      return found;
+    }
+    if (outer_whole_) return true;
+    for (const Field& field : fields_) {
+      if (field.inner == name && field.outer == outer_key_) return true;
+    }
+    return false;
+  }
+
   // Where a new value goes inside the element being built.
   json* place(json&& v) {
     json& parent = *building_.back();
@@ -141,6 +178,11 @@ class EventsHandler final : public nlohmann::json_sax<json> {
   }
 
   bool value(json&& v) {
+    if (skipping_ > 0) return true;
+    if (skip_next_) {
+      skip_next_ = false;
+      return true;
+    }
     if (!building_.empty()) {
       place(std::move(v));
     } else if (depth_ == 0) {
@@ -157,6 +199,12 @@ class EventsHandler final : public nlohmann::json_sax<json> {
     if (depth_ == max_json_depth) {
       too_deep_ = true;
       return false;
+    }
+    if (skipping_ > 0 || skip_next_) {  // a field not wanted, and all inside it
+      skip_next_ = false;
+      ++skipping_;
+      ++depth_;
+      return true;
     }
     if (!building_.empty()) {
       json* opened = place(json(type));
@@ -187,6 +235,10 @@ class EventsHandler final : public nlohmann::json_sax<json> {
 
   bool close() {
     --depth_;
+    if (skipping_ > 0) {
+      --skipping_;
+      return true;
+    }
     if (!building_.empty()) {
       building_.pop_back();
       if (building_.empty()) {
@@ -199,7 +251,13 @@ class EventsHandler final : public nlohmann::json_sax<json> {
     return true;
   }
 
+  struct Field {
+    std::string_view outer;  // the event's key
+    std::string_view inner;  // the key inside its object; empty: all of it
+  };
+
   const JsonEventSink& sink_;
+  std::vector<Field> fields_;
   std::size_t depth_ = 0;               // containers open
   json::value_t root_ = json::value_t::discarded;
   bool events_key_ = false;             // the last key of the top-level object is traceEvents
@@ -211,6 +269,10 @@ class EventsHandler final : public nlohmann::json_sax<json> {
   json event_;                          // the element being built
   std::vector<json*> building_;         // its open containers, innermost last
   json* element_ = nullptr;             // where the value of the last key goes
+  std::string outer_key_;               // the event's key whose object is being built
+  bool outer_whole_ = false;            // that key is a field itself: all of its value is kept
+  bool skip_next_ = false;              // the next value is a field not wanted
+  std::size_t skipping_ = 0;            // containers open inside a field not wanted
   std::optional<Error> event_error_;    // the first event the sink refused
   bool too_deep_ = false;
   std::optional<int> error_id_;

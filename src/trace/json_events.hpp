@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "tessera/result.hpp"
 
@@ -20,6 +21,9 @@ namespace tessera::trace_detail {
 inline constexpr std::size_t max_json_depth = 256;
 
 struct JsonEventSink {
+  // The fields of an event to build, "key" or "key/inner" for a key of the object that is key's value
+  // (whatever lies below a field kept is kept whole); the others are skipped as they are parsed. Empty: all.
+  std::vector<std::string_view> fields;
   // A traceEvents array begins: a repeated key replaces the events of the one before, as a JSON object keeps
   // its last value of a key.
   std::function<void()> restart;

@@ -70,6 +70,9 @@ class KinetoReader {
   Result<ProfileRecording> read(std::string_view text) {
     std::vector<MemoryEvent> memory;
     trace_detail::JsonEventSink sink;
+    // What read_event looks at; the rest of every event (an operator's args) is skipped unbuilt.
+    sink.fields = {"name", "ts", "args/Addr", "args/Bytes", "args/Device Type", "args/Device Id",
+                   "args/Total Allocated", "args/Total Reserved"};
     sink.restart = [&] {
       memory.clear();
       devices_.clear();

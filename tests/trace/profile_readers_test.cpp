@@ -210,6 +210,27 @@ TEST(KinetoJson, NestingDeeperThanTheLimitIsRefusedAtItsByte) {
   EXPECT_EQ(gzipped.error().message, "bomb.json.gz (inflated): byte 257: " + limit_message);
 }
 
+// Of each event only the fields the reader reads are built (the rest is skipped as it is parsed), and those
+// whole: an error shows them as the file has them.
+TEST(KinetoJson, OnlyTheFieldsReadAreBuiltAndThoseWhole) {
+  const std::string skipped = R"("cat": {"deep": [[1], {"Addr": "x"}]}, "args": {"Addr": 16, "Bytes": 8, "Input Dims": [[1, 2]], )"
+                              R"("Total Allocated": 8, "Device Type": 1, "Device Id": 0, "Callstack": {"name": "[memory]"}})";
+  Result<Trace> read = parse_kineto_trace(kineto({R"({"name": "[memory]", )" + skipped + ", \"ts\": 5}"}), "a.json");
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  EXPECT_EQ(read->device, "cuda:0");
+  ASSERT_EQ(read->events.size(), 1u);
+  EXPECT_EQ(read->events[0].size, 8u);
+  EXPECT_EQ(read->events[0].time_us, 5);
+  Result<Trace> bad_ts = parse_kineto_trace(
+      kineto({R"({"name": "[memory]", "ts": {"at": [1, {"b": null}]}, "args": {"Addr": 16, "Bytes": 8}})"}), "a.json");
+  ASSERT_FALSE(bad_ts.ok());
+  EXPECT_EQ(bad_ts.error().message, R"(a.json: traceEvents[1] ([memory]) has ts {"at":[1,{"b":null}]}, not a number)");
+  Result<Trace> bad_bytes = parse_kineto_trace(
+      kineto({R"({"name": "[memory]", "args": {"Addr": 16, "Bytes": {"of": [8]}}})"}), "a.json");
+  ASSERT_FALSE(bad_bytes.ok());
+  EXPECT_EQ(bad_bytes.error().message, R"(a.json: traceEvents[1] ([memory]) has 'Bytes' {"of":[8]}, not an integer)");
+}
+
 TEST(KinetoJson, ANumberOutOfRangeNamesTheEventAndTheByte) {
   const std::string text = R"({"traceEvents": [{"name": "a"}, {"name": "[memory]", "ts": 1e309}]})";
   Result<Trace> read = parse_kineto_trace(text, "big.json");
