@@ -1,10 +1,13 @@
 """Writes a Kineto (Chrome trace) JSON as torch.profiler's export_chrome_trace does with profile_memory=True,
 of `--events` "[memory]" events: allocations and frees of `--live` rolling blocks of one CUDA device, with
 the allocator's totals after each, and `--operators` operator events before each [memory] event (the
-reader drops those). For timing the Kineto reader on traces too large to keep in the repository:
+reader drops those). `--compact` writes each [memory] event with only the fields the reader needs (ph,
+name, ts, Addr, Bytes) and no spaces: 10^7 events in 913 MB, under the 1 GiB bound; Kineto's own layout
+takes 250 bytes an event. For timing the Kineto reader on traces too large to keep in the repository
+(docs/benchmarks.md, "Reading a large Kineto trace"):
 
-    /usr/bin/python3 bench/make_kineto_trace.py --events 10000000 /tmp/big.json
-    /usr/bin/time -v build/tools/tessera/tessera info /tmp/big.json
+    /usr/bin/python3 bench/make_kineto_trace.py --events 10000000 --compact /tmp/big.json
+    /usr/bin/time -v build/tools/tessera info /tmp/big.json
 
 A generator, not a test: the trace's content is what a profile could hold, not a recorded one.
 """
