@@ -53,7 +53,7 @@ Result<Trace> parse_lifetimes_inflated(std::string_view text, std::string_view s
 
   std::vector<Lifetime> lifetimes;
   std::unordered_map<std::uint64_t, std::size_t> line_of_id;
-  LineScanner lines(text);
+  LineScanner lines(without_utf8_bom(text));
   std::string_view line;
   bool first = true;
   while (lines.next(line)) {

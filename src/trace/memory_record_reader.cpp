@@ -38,7 +38,7 @@ Result<std::vector<MemoryRecord>> parse_memory_record_inflated(std::string_view 
   std::size_t width = 0;
   std::vector<MemoryRecord> records;
   std::vector<std::string> fields;
-  trace_detail::LineScanner lines(text);
+  trace_detail::LineScanner lines(trace_detail::without_utf8_bom(text));
   std::string_view line;
   bool header = true;
   while (lines.next(line)) {
@@ -141,8 +141,10 @@ namespace trace_detail {
 
 Result<void> take_memory_record_beside(const std::filesystem::path& path, ProfileRecording& recording) {
   const std::filesystem::path beside = path.parent_path() / "memory_record.csv";
+  // Only an absent file is no line; anything else there (a folder, one that cannot be read) is read and its
+  // error names it.
   std::error_code ignored;
-  if (!std::filesystem::is_regular_file(beside, ignored)) return {};
+  if (std::filesystem::status(beside, ignored).type() == std::filesystem::file_type::not_found) return {};
   Result<std::vector<MemoryRecord>> records = read_memory_record_csv(beside);
   if (!records) return std::move(records).error();
   if (std::optional<RecordedTotals> totals = totals_from_memory_record(recording.trace, *records)) {

@@ -86,7 +86,7 @@ Result<ProfileRecording> parse_operator_memory_inflated(std::string_view text, s
   std::size_t width = 0;
   std::vector<Row> rows;
   std::vector<std::string> fields;
-  LineScanner lines(text);
+  LineScanner lines(trace_detail::without_utf8_bom(text));
   std::string_view line;
   bool header = true;
   while (lines.next(line)) {

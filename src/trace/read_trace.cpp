@@ -17,8 +17,13 @@ namespace tessera {
 
 namespace trace_detail {
 
+std::string_view without_utf8_bom(std::string_view text) {
+  return text.starts_with("\xEF\xBB\xBF") ? text.substr(3) : text;
+}
+
 TraceFormat format_by_content(std::string_view bytes) {
   if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80) return TraceFormat::pytorch_snapshot;
+  bytes = without_utf8_bom(bytes);
   if (bytes.starts_with("tessera-trace")) return TraceFormat::text;
   // JSON: the first character that is not white space opens the traceEvents array or the object holding it.
   const std::size_t first = bytes.find_first_not_of(" \t\r\n");
@@ -28,7 +33,8 @@ TraceFormat format_by_content(std::string_view bytes) {
   while (lines.next(line)) {
     line = trim(line);
     if (line.empty()) continue;
-    if (line.find("Size(KB)") != std::string_view::npos && line.find("Allocation Time(us)") != std::string_view::npos) {
+    // Either of its first two required columns: one without the other is operator_memory.csv's error.
+    if (line.find("Size(KB)") != std::string_view::npos || line.find("Allocation Time(us)") != std::string_view::npos) {
       return TraceFormat::operator_memory_csv;
     }
     if (line.starts_with("id,") || line.find(",lower,") != std::string_view::npos) return TraceFormat::lifetimes_csv;
@@ -160,8 +166,12 @@ Result<ProfileRecording> parse_recording(std::string_view bytes, std::string_vie
                              format);
           case TraceFormat::lifetimes_csv:
             return as_format(trace_only(trace_detail::parse_lifetimes_inflated(data, source)), format);
-          case TraceFormat::stalloc: return as_format(trace_only(trace_detail::parse_stalloc_inflated(data, source)), format);
-          case TraceFormat::text: return as_format(trace_only(trace_detail::parse_text_inflated(data, source)), format);
+          case TraceFormat::stalloc:
+            return as_format(trace_only(trace_detail::parse_stalloc_inflated(trace_detail::without_utf8_bom(data), source)),
+                             format);
+          case TraceFormat::text:
+            return as_format(trace_only(trace_detail::parse_text_inflated(trace_detail::without_utf8_bom(data), source)),
+                             format);
           case TraceFormat::automatic: break;
         }
         return trace_detail::unknown_format_error(source);

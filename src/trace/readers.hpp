@@ -15,6 +15,9 @@ namespace tessera::trace_detail {
 // The format read_trace reads content as: `format` when forced, else from the content, else from the name.
 // A first non-blank line holding a NUL byte is binary, no text format.
 TraceFormat format_by_content(std::string_view bytes);
+// The text without a leading UTF-8 byte order mark (spreadsheets write one before a CSV's header): the CSV
+// readers and read_trace's text formats skip it, and read_trace chooses the format by what follows it.
+std::string_view without_utf8_bom(std::string_view text);
 TraceFormat format_by_extension(std::string_view source);
 Error unknown_format_error(std::string_view source);
 

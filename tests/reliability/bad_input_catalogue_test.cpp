@@ -15,6 +15,7 @@
 #include "tessera/drivers.hpp"
 #include "tessera/trace.hpp"
 #include "support/must.hpp"
+#include "trace/gzip_file.hpp"
 
 namespace tessera {
 namespace {
@@ -223,6 +224,18 @@ TEST(BadTrace, AMissingOrEmptyFileIsNamed) {
   ASSERT_FALSE(read.ok());
   EXPECT_TRUE(mentions(read.error(), "empty.trace")) << read.error().message;
   std::filesystem::remove(empty);
+}
+
+// A JSON nesting bomb: 10^7 '[' inflate from 10 KB of gzip to 10 MB. Each level cost the DOM parser ~75
+// bytes (this one 750 MB; one that inflates to the 1 GiB bound ~80 GB); the reader stops at 256 levels.
+TEST(BadTrace, AJsonNestingBombIsRefusedAtTheNestingLimit) {
+  const std::string bomb = trace_detail::gzip(std::string(10'000'000, '['));
+  EXPECT_LT(bomb.size(), 20'000u);
+  Result<Trace> read = parse_trace(bomb, "bomb.json.gz");
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().code, Errc::invalid_argument);
+  EXPECT_EQ(read.error().message,
+            "bomb.json.gz (inflated): byte 257: nesting deeper than 256 levels, the most a JSON trace may have");
 }
 
 }  // namespace

@@ -99,5 +99,31 @@ TEST(MemoryRecordCsv, ABadFileBesideOperatorMemoryIsAnErrorNamingIt) {
   std::filesystem::remove_all(dir);
 }
 
+// A memory_record.csv that cannot be read as a file (here a folder) is an error naming it too, not ignored.
+TEST(MemoryRecordCsv, AFolderBesideOperatorMemoryIsAnErrorNamingIt) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tessera_memory_record_folder_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "memory_record.csv");
+  std::filesystem::copy_file(profile_dir / "operator_memory.csv", dir / "operator_memory.csv",
+                             std::filesystem::copy_options::overwrite_existing);
+  Result<ProfileRecording> read = read_recording(dir / "operator_memory.csv");
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().message, (dir / "memory_record.csv").string() + ": is a folder, not a trace file");
+  std::filesystem::remove_all(dir);
+}
+
+// A UTF-8 byte order mark (Excel writes one) is no part of the first column's name.
+TEST(MemoryRecordCsv, AByteOrderMarkBeforeTheHeaderIsSkipped) {
+  const std::string rows = "Component,Timestamp(us),Total Allocated(MB),Total Reserved(MB),Device Type\nPTA,10,1,2,NPU:0\n";
+  Result<std::vector<MemoryRecord>> plain = parse_memory_record_csv(rows, "memory_record.csv");
+  Result<std::vector<MemoryRecord>> marked = parse_memory_record_csv("\xEF\xBB\xBF" + rows, "memory_record.csv");
+  ASSERT_TRUE(plain.ok()) << describe(plain.error());
+  ASSERT_TRUE(marked.ok()) << describe(marked.error());
+  ASSERT_EQ(marked->size(), 1u);
+  EXPECT_EQ((*marked)[0].component, "PTA");
+  EXPECT_EQ((*marked)[0].line, 2u);
+  EXPECT_EQ((*marked)[0].reserved, (*plain)[0].reserved);
+}
+
 }  // namespace
 }  // namespace tessera

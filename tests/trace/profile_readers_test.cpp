@@ -1,14 +1,17 @@
 // The profile readers: Kineto's Chrome trace JSON and torch_npu's operator_memory.csv. Events, the blocks
 // live before profiling, the device chosen, the recorded totals, the errors, and choice by content.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "tessera/trace.hpp"
+#include "trace/gzip_file.hpp"
 
 namespace tessera {
 namespace {
@@ -158,6 +161,106 @@ TEST(KinetoJson, ABareEventArrayAndGzipReadTheSame) {
   EXPECT_EQ(gzipped->events, plain->events);
 }
 
+// The reader keeps only the [memory] events' fields as it parses: time linear in the events (the DOM
+// callback parser it used before rescanned the kept events after each one: 200 000 took 14 s, 400 000 61 s).
+TEST(KinetoJson, ReadsInTimeLinearInTheEvents) {
+  constexpr std::size_t pairs = 100'000;  // 200 000 [memory] events, 200 000 operators between them: 38 MB
+  std::string text = R"({"traceEvents": [)";
+  text.reserve(pairs * 400);
+  for (std::size_t i = 0; i < pairs; ++i) {
+    const std::uint64_t addr = 0x10000 + 0x100 * (i % 64);
+    if (i > 0) text += ",\n";
+    text += R"({"ph": "X", "name": "aten::empty", "ts": 1, "dur": 2, "args": {"Input Dims": [[4, 4], []]}},)";
+    text += memory(static_cast<double>(2 * i), addr, 64, 64, 0) + ",\n";
+    text += R"({"ph": "X", "name": "aten::add", "ts": 1, "dur": 2, "args": {"Input Dims": [[4, 4], []]}},)";
+    text += memory(static_cast<double>(2 * i + 1), addr, -64, 0, 0);
+  }
+  text += "]}";
+  const auto start = std::chrono::steady_clock::now();
+  Result<Trace> read = parse_kineto_trace(text, "long.json");
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  EXPECT_EQ(read->events.size(), 2 * pairs);
+  // 3.6 s on the shared 2-core VM; the sanitizers' builds are a few times slower (the quadratic reader took
+  // 48 s unsanitized).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr int slowdown = 4;
+#else
+  constexpr int slowdown = 1;
+#endif
+  EXPECT_LT(took, std::chrono::seconds(8 * slowdown)) << "quadratic again?";
+}
+
+// Every level of nesting costs the parser memory; past max_json_depth (256) levels, anywhere in the file,
+// the trace is refused at the byte that opens one level too many.
+TEST(KinetoJson, NestingDeeperThanTheLimitIsRefusedAtItsByte) {
+  const std::string limit_message = "nesting deeper than 256 levels, the most a JSON trace may have";
+  Result<Trace> bomb = parse_trace(std::string(100'000, '['), "bomb.json");
+  ASSERT_FALSE(bomb.ok());
+  EXPECT_EQ(bomb.error().message, "bomb.json: byte 257: " + limit_message);
+  // Deep inside one event's args, after strings that hold brackets, which open nothing.
+  const std::string deep = std::string(300, '[') + std::string(300, ']');
+  Result<Trace> in_args = parse_kineto_trace(
+      kineto({R"({"name": "[memory]", "cat": "[[{{", "args": {"Addr": 16, "Bytes": 8, "Deep": )" + deep + "}}"}),
+      "deep.json");
+  ASSERT_FALSE(in_args.ok());
+  EXPECT_NE(in_args.error().message.find("deep.json: byte "), std::string::npos) << in_args.error().message;
+  EXPECT_NE(in_args.error().message.find(limit_message), std::string::npos) << in_args.error().message;
+  // 256 levels are read.
+  const std::string most = std::string(252, '[') + std::string(252, ']');
+  Result<Trace> at_limit = parse_kineto_trace(
+      kineto({R"({"name": "[memory]", "args": {"Addr": 16, "Bytes": 8, "Deep": )" + most + "}}"}), "most.json");
+  EXPECT_TRUE(at_limit.ok()) << describe(at_limit.error());
+  // Gzipped, the offset is in the inflated data.
+  Result<Trace> gzipped = parse_trace(trace_detail::gzip(std::string(1'000'000, '[')), "bomb.json.gz");
+  ASSERT_FALSE(gzipped.ok());
+  EXPECT_EQ(gzipped.error().message, "bomb.json.gz (inflated): byte 257: " + limit_message);
+}
+
+// Of each event only the fields the reader reads are built (the rest is skipped as it is parsed), and those
+// whole: an error shows them as the file has them.
+TEST(KinetoJson, OnlyTheFieldsReadAreBuiltAndThoseWhole) {
+  const std::string skipped = R"("cat": {"deep": [[1], {"Addr": "x"}]}, "args": {"Addr": 16, "Bytes": 8, "Input Dims": [[1, 2]], )"
+                              R"("Total Allocated": 8, "Device Type": 1, "Device Id": 0, "Callstack": {"name": "[memory]"}})";
+  Result<Trace> read = parse_kineto_trace(kineto({R"({"name": "[memory]", )" + skipped + ", \"ts\": 5}"}), "a.json");
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  EXPECT_EQ(read->device, "cuda:0");
+  ASSERT_EQ(read->events.size(), 1u);
+  EXPECT_EQ(read->events[0].size, 8u);
+  EXPECT_EQ(read->events[0].time_us, 5);
+  Result<Trace> bad_ts = parse_kineto_trace(
+      kineto({R"({"name": "[memory]", "ts": {"at": [1, {"b": null}]}, "args": {"Addr": 16, "Bytes": 8}})"}), "a.json");
+  ASSERT_FALSE(bad_ts.ok());
+  EXPECT_EQ(bad_ts.error().message, R"(a.json: traceEvents[1] ([memory]) has ts {"at":[1,{"b":null}]}, not a number)");
+  Result<Trace> bad_bytes = parse_kineto_trace(
+      kineto({R"({"name": "[memory]", "args": {"Addr": 16, "Bytes": {"of": [8]}}})"}), "a.json");
+  ASSERT_FALSE(bad_bytes.ok());
+  EXPECT_EQ(bad_bytes.error().message, R"(a.json: traceEvents[1] ([memory]) has 'Bytes' {"of":[8]}, not an integer)");
+}
+
+TEST(KinetoJson, ANumberOutOfRangeNamesTheEventAndTheByte) {
+  const std::string text = R"({"traceEvents": [{"name": "a"}, {"name": "[memory]", "ts": 1e309}]})";
+  Result<Trace> read = parse_kineto_trace(text, "big.json");
+  ASSERT_FALSE(read.ok());
+  // The byte is the number's last.
+  const std::size_t last = text.find("1e309") + 5;
+  EXPECT_EQ(read.error().message, fmt::format("big.json: byte {}: traceEvents[1]: the number 1e309 is out of range", last));
+}
+
+// A UTF-8 byte order mark before the JSON is skipped; byte offsets still count it, as the file's bytes.
+TEST(KinetoJson, AByteOrderMarkBeforeTheJsonIsSkipped) {
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string text = kineto({memory(1, 0x10, 8, 8, 0), memory(2, 0x10, -8, 0, 0)});
+  Result<Trace> plain = parse_trace(text, "a.json");
+  Result<Trace> marked = parse_trace(bom + text, "a.json");
+  ASSERT_TRUE(plain.ok()) << describe(plain.error());
+  ASSERT_TRUE(marked.ok()) << describe(marked.error());
+  EXPECT_EQ(marked->events, plain->events);
+  Result<Trace> bad = parse_trace(bom + "{\"traceEvents\": [}", "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("bad.json: byte 21: not JSON"), std::string::npos) << bad.error().message;
+}
+
 // ---- operator_memory.csv
 
 TEST(OperatorMemoryCsv, RowsBecomeEventsFreesFirstAtOneTime) {
@@ -224,6 +327,25 @@ TEST(OperatorMemoryCsv, ErrorsNameTheFileAndTheLine) {
   Result<Trace> bad = read_trace(data_dir / "bad_operator_memory.csv");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message, (data_dir / "bad_operator_memory.csv").string() + ":3: Size(KB) is negative (-512.0)");
+}
+
+// An operator_memory.csv that lacks one of its columns is still one: the error is its own, not a lifetimes
+// CSV's; with a byte order mark it is read as without.
+TEST(OperatorMemoryCsv, IsRecognisedWithoutSizeOrWithAByteOrderMark) {
+  Result<Trace> no_size = parse_trace("Name,Allocation Time(us),Release Time(us),Device Type\na,1,2,NPU:0\n", "op.csv");
+  ASSERT_FALSE(no_size.ok());
+  EXPECT_EQ(no_size.error().message,
+            "op.csv:1: the header has no 'Size(KB)' column (torch_npu's operator_memory.csv has it)");
+  Result<Trace> no_time = parse_trace("Name,Size(KB),Release Time(us),Device Type\na,1,2,NPU:0\n", "op.csv");
+  ASSERT_FALSE(no_time.ok());
+  EXPECT_EQ(no_time.error().message,
+            "op.csv:1: the header has no 'Allocation Time(us)' column (torch_npu's operator_memory.csv has it)");
+  const std::string csv = file_text(data_dir / "operator_memory.csv");
+  Result<Trace> plain = parse_trace(csv, "op.csv");
+  Result<Trace> marked = parse_trace("\xEF\xBB\xBF" + csv, "op.csv");
+  ASSERT_TRUE(plain.ok()) << describe(plain.error());
+  ASSERT_TRUE(marked.ok()) << describe(marked.error());
+  EXPECT_EQ(*marked, *plain);
 }
 
 // ---- Choice by content
