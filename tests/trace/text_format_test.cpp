@@ -105,7 +105,13 @@ TEST(TextTrace, RoundTripsARealSnapshot) {
   ASSERT_TRUE(trace.ok()) << describe(trace.error());
   Result<Trace> back = parse_text_trace(format_text_trace(*trace), "memory");
   ASSERT_TRUE(back.ok()) << describe(back.error());
-  EXPECT_EQ(*back, *trace);
+  // Everything but the recording's stacks, which the text format does not carry.
+  Trace without_stacks = *trace;
+  EXPECT_FALSE(without_stacks.stacks.empty()) << "this recording has frames";
+  without_stacks.stacks.clear();
+  without_stacks.event_stacks.clear();
+  without_stacks.initial_stacks.clear();
+  EXPECT_EQ(*back, without_stacks);
 }
 
 TEST(TextTrace, WithoutANameTheFileNamesTheTrace) {
