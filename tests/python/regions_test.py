@@ -7,6 +7,7 @@ same addresses, and sleep()/wake_up() do the same in vLLM's shape. Errors name t
 
 import ctypes
 import os
+import sys
 import unittest
 
 os.environ["TESSERA_DRIVER"] = "host"  # before the library creates any allocator
@@ -171,7 +172,9 @@ class RegionsTest(unittest.TestCase):
             while not stop.is_set():
                 count += 1
                 try:
-                    with tessera.region(f"race_{count % 50}"):
+                    with tessera.region(f"race_new_{threading.get_ident()}_{count}"):  # a tag never seen before
+                        pass
+                    with tessera.region(f"race_{count % 20}"):
                         pointer = _lib.library().tessera_alloc(4096, 0, None)  # NULL while its tag is paused
                     if pointer:
                         free(pointer)
@@ -180,6 +183,8 @@ class RegionsTest(unittest.TestCase):
                     return
 
         threads = [threading.Thread(target=open_regions) for _ in range(2)]
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # threads switch often, inside any loop over shared state
         for thread in threads:
             thread.start()
         try:
@@ -190,6 +195,7 @@ class RegionsTest(unittest.TestCase):
             stop.set()
             for thread in threads:
                 thread.join()
+            sys.setswitchinterval(interval)
         self.assertEqual(errors, [])
         tessera.resume()
         paused = [key for key, value in tessera.memory_stats().items()
