@@ -407,8 +407,8 @@ TEST_F(TagPauseTest, TheBackupChoiceIsEachBlocksMadeWhenItIsAllocated) {
   }
   const Address plain = allocate(100 * KiB, "n");
   must(allocator_->pause("n", false));
-  const TagStats& paused = stats_of(allocator_->tessera_stats(), "n");
-  EXPECT_EQ(paused.backup_bytes, sizes_.at(first) + sizes_.at(after)) << "the two blocks that asked, only";
+  const TesseraStats paused = allocator_->tessera_stats();
+  EXPECT_EQ(stats_of(paused, "n").backup_bytes, sizes_.at(first) + sizes_.at(after)) << "the two blocks that asked, only";
   must(allocator_->resume("n"));
   EXPECT_TRUE(holds(first));
   EXPECT_TRUE(holds(after));
