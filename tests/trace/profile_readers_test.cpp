@@ -190,9 +190,9 @@ TEST(KinetoJson, ReadsInTimeLinearInTheEvents) {
     }
     return took.count();
   };
-  constexpr std::size_t small = 20'000;
+  constexpr std::size_t small = 5'000;
   const std::string small_text = trace_of(small);
-  const std::string large_text = trace_of(4 * small);  // 160 000 [memory] events, 30 MB
+  const std::string large_text = trace_of(4 * small);  // 40 000 [memory] events, 7.6 MB
   const double small_seconds = std::min(seconds_to_read(small_text, 2 * small), seconds_to_read(small_text, 2 * small));
   const double large_seconds = seconds_to_read(large_text, 8 * small);
   EXPECT_LT(large_seconds, 9 * small_seconds) << "4x the events: " << small_seconds << " s then " << large_seconds
