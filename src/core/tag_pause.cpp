@@ -321,8 +321,8 @@ Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) 
                                                        name, done.error().message));
     }
     if (auto done = back_up_tag(*tag, backup); !done) {
-      return make_error(done.error().code, fmt::format("tessera: pause of tag '{}' with backup: copying its blocks "
-                                                       "to host memory failed; nothing changed: {}",
+      return make_error(done.error().code, fmt::format("tessera: pause of tag '{}': copying its blocks to host "
+                                                       "memory failed; nothing changed: {}",
                                                        name, done.error().message));
     }
     state.paused = true;
