@@ -94,8 +94,13 @@ void check_reader_trace(std::string_view target, const Trace& trace) {
   const std::string text = format_text_trace(trace);
   Result<Trace> back = parse_text_trace(text, "round-trip.trace");
   if (!back) fail(target, fmt::format("the text format refuses its own output: {}", back.error().message));
-  if (*back != trace) {
-    fail(target, fmt::format("the trace changed through the text format: {}", first_difference(trace, *back)));
+  // Everything but a recording's stacks, which the text format does not carry.
+  Trace without_stacks = trace;
+  without_stacks.stacks.clear();
+  without_stacks.event_stacks.clear();
+  without_stacks.initial_stacks.clear();
+  if (*back != without_stacks) {
+    fail(target, fmt::format("the trace changed through the text format: {}", first_difference(without_stacks, *back)));
   }
 }
 
