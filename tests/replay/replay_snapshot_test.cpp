@@ -156,6 +156,14 @@ Walk walk(const std::string& pickle, const ReplayResult& result, const std::stri
 
 class ReplaySnapshotTest : public testing::TestWithParam<std::string> {};
 
+// The allocators whose replays write snapshots, and a test name for each (GoogleTest's names take no '-').
+const std::vector<std::string> every_allocator{"tessera", "pytorch", "expandable", "gmlake", "memory-saver"};
+std::string allocator_test_name(const testing::TestParamInfo<std::string>& param_info) {
+  std::string name = param_info.param;
+  std::erase(name, '-');
+  return name;
+}
+
 TEST_P(ReplaySnapshotTest, SegmentEntriesAddUpToTheReservedBytesAfterEveryEvent) {
   const std::string allocator = GetParam();
   ReplayOptions fit_options;
@@ -190,12 +198,7 @@ TEST_P(ReplaySnapshotTest, SegmentEntriesAddUpToTheReservedBytesAfterEveryEvent)
 }
 
 INSTANTIATE_TEST_SUITE_P(Allocators, ReplaySnapshotTest,
-                         testing::Values("tessera", "pytorch", "expandable", "gmlake", "memory-saver"),
-                         [](const testing::TestParamInfo<std::string>& param_info) {
-                           std::string name = param_info.param;
-                           std::erase(name, '-');
-                           return name;
-                         });
+                         testing::ValuesIn(every_allocator), allocator_test_name);
 
 // Without keep_state a replay collects nothing for a snapshot.
 TEST(ReplaySnapshot, NoSegmentChangesUnlessKept) {
@@ -442,12 +445,7 @@ TEST_P(ViewerRuleTest, EveryLiveBlockLiesInASegmentAtEveryEntryOfATraceFromEmpty
 }
 
 INSTANTIATE_TEST_SUITE_P(Allocators, ViewerRuleTest,
-                         testing::Values("tessera", "pytorch", "expandable", "gmlake", "memory-saver"),
-                         [](const testing::TestParamInfo<std::string>& param_info) {
-                           std::string name = param_info.param;
-                           std::erase(name, '-');
-                           return name;
-                         });
+                         testing::ValuesIn(every_allocator), allocator_test_name);
 
 std::optional<std::filesystem::path> shared_pytorch_traces() {
 #ifdef TESSERA_SHARED_TRACES
