@@ -277,12 +277,11 @@ Error TesseraAllocatorImpl::out_of_memory(Bytes requested, std::string_view why)
   const TesseraStats& stats = observers_.stats().stats();
   Bytes cached = mapper_.pool().granules() * granule_;
   for (const auto& placement : placements_) cached += idle_mapped_bytes(*placement, granule_);
-  const Bytes held = mapper_.held();
   return make_error(Errc::out_of_memory,
                     fmt::format("tessera: out of memory allocating {} bytes ({}): {} bytes allocated, {} reserved, "
                                 "{} cached and unused, {} free on the device (limit {})",
-                                requested, why, stats.common.allocated_bytes, held, cached,
-                                limit_ - std::min(limit_, held), limit_));
+                                requested, why, stats.common.allocated_bytes, mapper_.held(), cached,
+                                budget_.free_bytes(), budget_.limit()));
 }
 
 namespace {
@@ -446,8 +445,7 @@ std::optional<std::string> TesseraAllocatorImpl::check_shared(
       allocated += block.size;
       ++live_blocks;
     } else {
-      const bool waits = std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.block == &block; });
-      if (!waits) return fmt::format("shared block {:#x}: neither live nor pending", block.address);
+      if (!pending_.waits(&block)) return fmt::format("shared block {:#x}: neither live nor pending", block.address);
     }
     if (block.address < shared->base || block.end() > shared->base + shared->span) {
       return fmt::format("shared block {:#x}: outside its range", block.address);

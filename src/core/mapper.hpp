@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -54,8 +55,12 @@ class Mapper {
 
   // Physical memory held from the device: chunks created and not released, mapped or pooled.
   Bytes held() const noexcept { return held_; }
-  PagePool& pool() noexcept { return pool_; }
+  // The pages held and not mapped now. Read-only: only the mapper changes it, through the calls below.
   const PagePool& pool() const noexcept { return pool_; }
+  // A pooled page of at most `granules` (PagePool::take_at_most), now the caller's to map or pool again.
+  std::optional<Page> take_pooled(std::size_t granules, bool split) { return pool_.take_at_most(granules, split); }
+  // A page the caller took or cut from a new chunk and does not map (after all): pooled again.
+  void pool_page(const Page& page) { pool_.put(page); }
 
   // Virtual ranges.
   Result<Address> reserve(Bytes span) { return driver_.reserve(span); }

@@ -29,10 +29,9 @@ std::size_t TesseraAllocatorImpl::Backing::missing() const {
 
 std::size_t TesseraAllocatorImpl::fill_gaps_from_pool(Backing& backing) {
   std::size_t filled = 0;
-  PagePool& pool = mapper_.pool();
   for (Gap& gap : backing.gaps) {
     while (gap.next < gap.end) {
-      auto page = pool.take_at_most(std::min<std::size_t>(gap.end - gap.next, backing.page_limit), pages_split());
+      auto page = mapper_.take_pooled(std::min<std::size_t>(gap.end - gap.next, backing.page_limit), pages_split());
       if (!page) break;
       backing.assignments.push_back({gap.next, *page});
       gap.next += page->granules;
@@ -48,7 +47,7 @@ std::size_t TesseraAllocatorImpl::fill_gaps_from_pool(Backing& backing) {
 // edge. Near the limit pages stay within the block, so that no page is left pinned by a neighbour.
 std::size_t TesseraAllocatorImpl::growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const {
   const Block* after = block.next;
-  if (page_max_granules_ == 1 || after == nullptr || !after->is_free() || mapper_.held() > limit_ / 2) return 0;
+  if (page_max_granules_ == 1 || after == nullptr || !after->is_free() || budget_.above_half()) return 0;
   const Region& region = arena.region_of(block);
   const std::size_t end = std::min(arena.inner_slots(*after).end(), touched.end() + page_max_granules_);
   std::size_t reach = touched.end();
@@ -68,8 +67,7 @@ Result<void> TesseraAllocatorImpl::create_for_gaps(Backing& backing, const SlotR
     // Growth past the block stays within half the limit, and its pages run in page_max steps from the
     // last gap's start: what they cover beyond the gap is what the chunk must hold more.
     const Gap& last = gaps.back();
-    const Bytes held = mapper_.held();
-    const std::size_t half_room = limit_ / 2 > held ? (limit_ / 2 - held) / granule_ : 0;
+    const std::size_t half_room = budget_.room_below_half();
     extend_to = std::min(extend_to, last.end + (half_room > still_needed ? half_room - still_needed : 0));
     const std::size_t length = last.end - last.next;
     const std::size_t steps = (length + page_max_granules_ - 1) / page_max_granules_;
@@ -85,7 +83,7 @@ Result<void> TesseraAllocatorImpl::create_for_gaps(Backing& backing, const SlotR
       const std::size_t page_end = extends ? std::max(extend_to, owned_end) : owned_end;
       auto granules = static_cast<std::uint32_t>(std::min<std::size_t>(page_end - gap.next, backing.page_limit));
       if (chunk_next == chunk_end) {
-        const std::size_t room = (limit_ - std::min(limit_, mapper_.held())) / granule_;
+        const std::size_t room = budget_.room();
         if (room == 0) break;
         // One chunk for what the block still needs, where pages can be cut from it; else one page.
         auto size = static_cast<std::uint32_t>(std::min<std::size_t>(
@@ -107,12 +105,12 @@ Result<void> TesseraAllocatorImpl::create_for_gaps(Backing& backing, const SlotR
     }
     if (!failure.ok() || gap.next < gap.end) break;
   }
-  if (chunk_next < chunk_end) mapper_.pool().put(Page{chunk, chunk_end - chunk_next, chunk_next});  // the rest waits
+  if (chunk_next < chunk_end) mapper_.pool_page(Page{chunk, chunk_end - chunk_next, chunk_next});  // the rest waits
   return failure;
 }
 
 void TesseraAllocatorImpl::return_to_pool(Backing& backing) {
-  for (const Assignment& assignment : backing.assignments) mapper_.pool().put(assignment.page);
+  for (const Assignment& assignment : backing.assignments) mapper_.pool_page(assignment.page);
   backing.assignments.clear();
 }
 

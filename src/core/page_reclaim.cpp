@@ -66,7 +66,7 @@ Result<void> TesseraAllocatorImpl::give_back_above(Bytes target) {
 // failure here does not fail the allocation that triggered it; the pages simply stay held.
 void TesseraAllocatorImpl::collect_garbage() {
   if (config_.garbage_collection_threshold <= 0.0) return;
-  const auto target = static_cast<Bytes>(static_cast<double>(limit_) * config_.garbage_collection_threshold);
+  const Bytes target = budget_.share(config_.garbage_collection_threshold);
   if (mapper_.held() > target) (void)give_back_above(target);
 }
 

@@ -126,10 +126,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   plan_with_head(nullptr);
   for (const Sliver& head : heads) plan_with_head(&head);
   if (best && best->middle > max_middle) return make_error(Errc::out_of_memory, "slivers would save nothing");
-  auto room = [&] {
-    const Bytes held = mapper_.held();
-    return mapper_.pool().granules() + (limit_ > held ? (limit_ - held) / granule_ : 0);
-  };
+  auto room = [&] { return mapper_.pool().granules() + budget_.room(); };
   if (best && best->middle > room() && config_.reclaim != AllocatorConfig::Reclaim::never) {
     // The idle pages of the free block the contiguous placement would have used in place are idle again.
     if (auto taken = reclaim(best->middle - room(), nullptr); !taken) return std::move(taken).error();
@@ -194,13 +191,10 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
     // unmap fails: the block then waits in the pending list, no page lost).
     std::erase_if(kept.mappings, [&](const SharedMapping& mapping) {
       if (mapping.mapped || mapping.is_sliver()) return false;
-      mapper_.pool().put(mapping.page);
+      mapper_.pool_page(mapping.page);
       return true;
     });
-    if (!take_apart(&block)) {
-      block.pending = true;
-      pending_.push_back({nullptr, &block, {}});
-    }
+    if (!take_apart(&block)) pending_.retry_later(nullptr, &block);
     return std::move(failure).error();
   }
   block.live = true;
@@ -217,21 +211,13 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
 
 // The caller's free: the mappings go only when the work queued on the block so far is done.
 Result<void> TesseraAllocatorImpl::free_shared(Block* block) {
-  SharedBlock* shared = shared_of(block);
-  Pending pending{nullptr, block, {}};
-  auto extra = extra_streams_.find(block);
+  const SharedBlock* shared = shared_of(block);
   std::vector<StreamId> streams{shared->stream};
-  if (extra != extra_streams_.end()) streams.insert(streams.end(), extra->second.begin(), extra->second.end());
-  auto events = record_events(streams);
-  if (!events) return std::move(events).error();  // the block stays live: the caller may free it again
-  pending.events = std::move(*events);
-  if (extra != extra_streams_.end()) extra_streams_.erase(extra);
+  if (const auto* users = pending_.users_of(block)) streams.insert(streams.end(), users->begin(), users->end());
   const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool, true};
+  // On a failure the block stays live: the caller may free it again.
+  if (auto waiting = pending_.wait_for(nullptr, block, streams, event); !waiting) return waiting;
   live_.erase(block->address);
-  block->live = false;
-  block->pending = true;
-  pending.freed = event;
-  pending_.push_back(std::move(pending));
   notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
   return {};
 }

@@ -82,9 +82,9 @@ Result<void> TesseraAllocatorImpl::prove_tag_idle(TagId tag) {
   for (const auto& shared : shared_) {
     if (shared->tag == tag) add(shared->stream);
   }
-  for (const auto& [block, users] : extra_streams_) {
+  pending_.visit_users([&](const Block* block, std::span<const StreamId> users) {
     if (tag_of(block) == tag) std::for_each(users.begin(), users.end(), add);
-  }
+  });
   return mapper_.synchronize(streams);
 }
 
@@ -232,7 +232,7 @@ Result<void> TesseraAllocatorImpl::remap_shared(SharedBlock& shared) {
   std::vector<SharedMapping> fresh;
   auto give_back_fresh = [&] {
     for (const SharedMapping& mapping : fresh) {
-      if (!mapping.is_sliver() && !mapping.mapped) mapper_.pool().put(mapping.page);
+      if (!mapping.is_sliver() && !mapping.mapped) mapper_.pool_page(mapping.page);
     }
   };
   for (const SharedMapping& mapping : shared.mappings) {
@@ -250,10 +250,9 @@ Result<void> TesseraAllocatorImpl::remap_shared(SharedBlock& shared) {
     std::size_t slot = mapping.slot;
     std::uint32_t needed = mapping.page.granules;
     while (needed > 0) {
-      std::optional<Page> page = mapper_.pool().take_at_most(needed, pages_split());
+      std::optional<Page> page = mapper_.take_pooled(needed, pages_split());
       if (!page) {
-        std::uint32_t granules =
-            static_cast<std::uint32_t>(std::min<Bytes>(needed, (limit_ - std::min(limit_, mapper_.held())) / granule_));
+        auto granules = static_cast<std::uint32_t>(std::min<std::size_t>(needed, budget_.room()));
         if (granules == 0) {
           give_back_fresh();
           return make_error(Errc::out_of_memory, "no page for a shared block");
@@ -274,7 +273,7 @@ Result<void> TesseraAllocatorImpl::remap_shared(SharedBlock& shared) {
   if (auto mapped = mapper_.map_shared(shared); !mapped) {
     // What was not mapped goes back to the pool; what was is undone by the caller's unmap_tag.
     for (SharedMapping& mapping : shared.mappings) {
-      if (!mapping.is_sliver() && !mapping.mapped) mapper_.pool().put(mapping.page);
+      if (!mapping.is_sliver() && !mapping.mapped) mapper_.pool_page(mapping.page);
     }
     return mapped;
   }
@@ -292,7 +291,7 @@ Result<void> TesseraAllocatorImpl::restore_backups(TagId tag) {
 // A paused block's bytes are nowhere on the device and no work can be queued on them: it goes at once.
 Result<void> TesseraAllocatorImpl::free_paused(Block* block) {
   drop_backup(block);
-  extra_streams_.erase(block);
+  pending_.forget_users(block);
   live_.erase(block->address);
   if (Arena* arena = block->arena; arena != nullptr) {
     const BlockEvent event = block_event(*arena, *block);
@@ -303,8 +302,7 @@ Result<void> TesseraAllocatorImpl::free_paused(Block* block) {
   const SharedBlock* shared = shared_of(block);
   const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool};
   block->live = false;
-  block->pending = true;
-  if (!take_apart(block)) pending_.push_back({nullptr, block, {}});  // tried again at the next processing
+  if (!take_apart(block)) pending_.retry_later(nullptr, block);  // tried again at the next drain
   notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
   return {};
 }
@@ -384,12 +382,11 @@ Result<void> TesseraAllocatorImpl::do_resume(std::string_view name) {
                                                 name, error.message));
     }
     notify([&](AllocatorObserver& observer) { observer.out_of_memory(missing * granule_); });
-    const Bytes held = mapper_.held();
     return make_error(Errc::out_of_memory,
                       fmt::format("tessera: out of memory resuming tag '{}': its blocks need {} bytes of pages; {} "
                                   "bytes are free on the device under the limit of {} and {} pooled. The tag stays "
                                   "paused with its backups: free memory and resume again ({})",
-                                  name, missing * granule_, limit_ - std::min(limit_, held), limit_,
+                                  name, missing * granule_, budget_.free_bytes(), budget_.limit(),
                                   mapper_.pool().granules() * granule_, error.message));
   }
   if (auto restored = restore_backups(*tag); !restored) {

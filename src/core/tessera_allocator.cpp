@@ -44,7 +44,8 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
                               ? static_cast<std::uint32_t>(std::clamp<Bytes>(config.chunk_max / granule_,
                                                                              page_max_granules_, 1u << 24))
                               : page_max_granules_),
-      limit_(mapper_.capacity() / granule_ * granule_),
+      budget_(mapper_),
+      pending_(mapper_),
       share_slivers_(can_share_slivers()) {
   observers_.set_pool_probe(*this);
 }
@@ -56,9 +57,8 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   // process's end (a leak, not a corruption). A chunk goes back once, when all of it is unmapped.
   std::vector<StreamId> streams;
   for (const auto& placement : placements_) streams.push_back(placement->arena().stream());
-  for (const auto& [block, users] : extra_streams_) streams.insert(streams.end(), users.begin(), users.end());
-  std::vector<EventId> events;
-  for (const Pending& pending : pending_) events.insert(events.end(), pending.events.begin(), pending.events.end());
+  for (StreamId user : pending_.user_streams()) streams.push_back(user);
+  const std::vector<EventId> events = pending_.all_events();
   if (mapper_.prove_idle(streams, events)) {
     for (auto& shared : shared_) mapper_.unmap_all(*shared);
     for (auto& placement : placements_) {
@@ -80,7 +80,7 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   if (capture_on_.load(std::memory_order_relaxed)) stack = capture_stack();
   std::lock_guard lock(mutex_);
   if (stack && capture_on_.load(std::memory_order_relaxed)) observers_.history().set_next_stack(std::move(*stack));
-  if (size > limit_) return out_of_memory(size, "larger than the memory this allocator may hold");
+  if (size > budget_.limit()) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
   const MemoryPool pool = pool_for(rounded);
   const TagId tag = current_tag();
@@ -113,7 +113,7 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   };
   constexpr std::size_t any_middle = std::numeric_limits<std::size_t>::max();
   // At the limit, where pages are scarce, slivers go first when they leave more pages for what follows.
-  if (share && mapper_.held() + granule_ > limit_) {
+  if (share && budget_.room() == 0) {
     if (fit == nullptr) fit = placement.fit(rounded);
     if (const std::size_t contiguous = pages_to_place(placement, fit, rounded); contiguous > 0) {
       if (auto shared = over_slivers(contiguous - 1)) return std::move(*shared);
@@ -148,21 +148,18 @@ Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
   Arena* arena = block->arena;
   if (arena == nullptr) return free_shared(block);
   BlockEvent event = block_event(*arena, *block);
-  auto extra = extra_streams_.empty() ? extra_streams_.end() : extra_streams_.find(block);
-  if (extra == extra_streams_.end()) {
+  const std::vector<StreamId>* users = pending_.users_of(block);
+  if (users == nullptr) {
     live_.erase_slot(slot);
     placement_of(*arena).give_back(block, ++clock_);
     notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
     return {};
   }
-  // Other streams used the block: it waits until the work they had queued at this moment is done.
-  auto events = record_events(extra->second);
-  if (!events) return std::move(events).error();  // the block stays live: the caller may free it again
-  extra_streams_.erase(extra);
-  live_.erase(address);
-  Placement::mark_pending(block);
+  // Other streams used the block: it waits until the work they had queued at this moment is done. On a
+  // failure the block stays live: the caller may free it again.
   event.pending = true;
-  pending_.push_back({arena, block, std::move(*events), event});
+  if (auto waiting = pending_.wait_for(arena, block, *users, event); !waiting) return waiting;
+  live_.erase_slot(slot);
   notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
   return {};
 }
@@ -176,8 +173,7 @@ Result<void> TesseraAllocatorImpl::do_record_stream(Address address, StreamId st
   Block* block = *found;
   Arena* arena = block->arena;
   if (stream == (arena != nullptr ? arena->stream() : shared_of(block)->stream)) return {};
-  auto& streams = extra_streams_[block];
-  if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+  pending_.record_stream(block, stream);
   return {};
 }
 
@@ -194,15 +190,14 @@ Result<void> TesseraAllocatorImpl::set_memory_fraction(double fraction) {
     return make_error(Errc::invalid_argument, fmt::format("tessera: memory fraction {} is not in (0, 1]", fraction));
   }
   std::lock_guard lock(mutex_);
-  const auto allowed = static_cast<Bytes>(static_cast<double>(mapper_.capacity()) * fraction);
   // The limit holds from now on even when giving back fails below (live blocks may exceed it anyway, as
   // in PyTorch); the pages that could not go back stay cached and consistent.
-  limit_ = std::max(granule_, allowed / granule_ * granule_);
+  budget_.set_fraction(fraction);
   (void)process_pending(false);  // frees whose events completed can give their pages back too
-  if (auto given = give_back_above(limit_); !given) {
+  if (auto given = give_back_above(budget_.limit()); !given) {
     return make_error(given.error().code, fmt::format("tessera: memory limit lowered to {} bytes, but giving back "
                                                       "the cached pages above it failed: {}",
-                                                      limit_, given.error().message));
+                                                      budget_.limit(), given.error().message));
   }
   return {};
 }
@@ -215,7 +210,7 @@ void TesseraAllocatorImpl::add_observer(AllocatorObserver& observer) {
 Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
   if (size < minimum_block) return minimum_block;
   const unsigned divisions = config_.roundup_power2_divisions;
-  if (divisions > 1 && size > minimum_block * divisions) return *support::round_up_to_power2_division(size, divisions);  // size <= limit_: no overflow
+  if (divisions > 1 && size > minimum_block * divisions) return *support::round_up_to_power2_division(size, divisions);  // size <= the limit: no overflow
   return align_up(size, minimum_block);
 }
 
@@ -297,56 +292,19 @@ Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool
   return address;
 }
 
-Result<std::vector<EventId>> TesseraAllocatorImpl::record_events(std::span<const StreamId> streams) {
-  std::vector<EventId> events;
-  for (StreamId stream : streams) {
-    auto recorded = mapper_.record_event(stream);
-    if (!recorded) {
-      for (EventId done : events) mapper_.destroy_event(done);
-      return std::move(recorded).error();
-    }
-    events.push_back(*recorded);
-  }
-  return events;
-}
-
-// Frees the pending blocks whose events completed (all of them, waiting, when `wait`).
+// Gives back the blocks whose frees completed (all of them, waiting, when `wait`).
 Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
-  mapper_.retry_stale_events();
-  for (std::size_t i = 0; i < pending_.size();) {
-    Pending& pending = pending_[i];
-    bool complete = true;
-    for (EventId event : pending.events) {
-      if (wait) {
-        if (auto done = mapper_.wait_event(event); !done) return done;
-        continue;
-      }
-      // A query that fails proves nothing: the block stays pending, and a later wait decides.
-      auto queried = mapper_.query_event(event);
-      if (!queried || !*queried) {
-        complete = false;
-        break;
-      }
-    }
-    if (!complete) {
-      ++i;
+  PendingFrees::Drained drained = pending_.drain(wait);
+  for (PendingFrees::Entry& entry : drained.completed) {
+    if (entry.arena != nullptr) {
+      placement_of(*entry.arena).give_back(entry.block, ++clock_);
+    } else if (!take_apart(entry.block)) {  // a driver call failed: tried again at the next drain
+      pending_.requeue(std::move(entry));
       continue;
     }
-    for (EventId event : pending.events) mapper_.destroy_event(event);
-    pending.events.clear();
-    if (pending.arena == nullptr) {
-      if (!take_apart(pending.block)) {  // a driver call failed: tried again at the next processing
-        ++i;
-        continue;
-      }
-    } else {
-      placement_of(*pending.arena).give_back(pending.block, ++clock_);
-    }
-    if (pending.freed) notify([&](AllocatorObserver& observer) { observer.free_completed(*pending.freed); });
-    pending_[i] = std::move(pending_.back());
-    pending_.pop_back();
+    if (entry.freed) notify([&](AllocatorObserver& observer) { observer.free_completed(*entry.freed); });
   }
-  return {};
+  return std::move(drained.failure);
 }
 
 }  // namespace core

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "core/backup_cache.hpp"
+#include "core/budget.hpp"
 #include "core/mapper.hpp"
+#include "core/pending_frees.hpp"
 #include "core/observers.hpp"
 #include "core/placement.hpp"
 #include "core/shared_block.hpp"
@@ -61,16 +63,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   Result<void> do_record_stream(Address address, StreamId stream) override;
 
  private:
-  // A freed block waiting for its events. arena null: a shared block, taken apart once they completed.
-  struct Pending {
-    Arena* arena;
-    Block* block;
-    std::vector<EventId> events;
-    // The caller's free, told to the observers again (free_completed) when the block leaves the list; none for
-    // a block that waits only for a driver call to be tried again.
-    std::optional<BlockEvent> freed = std::nullopt;
-  };
-
   // A sliver: the free bytes from `at` to the end (a head) or from the start (a tail) of a mapped slot.
   struct Sliver {
     Arena* arena = nullptr;
@@ -151,8 +143,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   // Records a block just taken as live and tells the observers: the end of every allocation.
   Address hand_out(Block* block, StreamId stream, MemoryPool pool);
   Result<void> process_pending(bool wait);
-  // Records an event on every stream in `streams`; on a failure destroys those recorded.
-  Result<std::vector<EventId>> record_events(std::span<const StreamId> streams);
 
   // page_backing.cpp
   Result<void> back_with_pages(Arena& arena, const Block& block, bool take_idle, Backing& backing);
@@ -238,7 +228,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   Bytes granule_;
   std::uint32_t page_max_granules_;
   std::uint32_t chunk_max_granules_;  // page_max_granules_ where the driver cannot map part of a chunk
-  Bytes limit_;
+  Budget budget_;
+  PendingFrees pending_;
   bool share_slivers_;  // the option, where the driver can map a granule at two addresses
   std::uint64_t clock_ = 0;
   ReclaimList reclaim_list_;  // before placements_: they unlink their blocks as they go
@@ -247,8 +238,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   ArenaKey last_key_{};
   Placement* last_placement_ = nullptr;
   support::AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
-  std::unordered_map<const Block*, std::vector<StreamId>> extra_streams_;
-  std::vector<Pending> pending_;
   std::vector<std::unique_ptr<SharedBlock>> shared_;
   std::vector<TagState> tag_states_;  // in the order first used
   std::size_t paused_tags_ = 0;       // so that a free checks for a paused block only while one may exist
