@@ -19,6 +19,7 @@
 #include "tessera/driver.hpp"
 #include "tessera/snapshot.hpp"
 #include "tessera/tags.hpp"
+#include "tessera/usage.hpp"
 
 namespace tessera {
 
@@ -146,6 +147,11 @@ struct TesseraStats {
 class TesseraAllocator : public DeviceAllocator {
  public:
   virtual TesseraStats tessera_stats() const = 0;
+  // Per-pool counts in PyTorch's memory_stats() terms (usage.hpp), since the allocator was made; kept as it
+  // goes, so reading them scans nothing. reset_peak_usage starts every peak again from the current value
+  // (PyTorch's reset_peak_memory_stats); AllocatorStats' own peaks never reset.
+  virtual Usage usage() const = 0;
+  virtual void reset_peak_usage() = 0;
   virtual AllocatorSnapshot snapshot() const = 0;
   virtual const AllocatorConfig& config() const noexcept = 0;
   // Lower the memory this allocator may hold to a fraction of the device capacity (PyTorch's

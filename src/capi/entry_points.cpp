@@ -23,8 +23,8 @@ thread_local bool last_failure_was_out_of_memory = false;
 
 void* allocate(std::string_view function, Platform platform, std::size_t size, int device, void* stream) {
   if (size == 0) return nullptr;  // as PyTorch's own allocators answer a 0-byte request
-  last_failure_was_out_of_memory = false;
-  return guarded(function, static_cast<void*>(nullptr), [&]() -> void* {
+  bool out_of_memory = false;
+  void* block = guarded(function, static_cast<void*>(nullptr), [&]() -> void* {
     auto found = device_for(device, platform);
     if (!found) {
       set_last_error(fmt::format("{}({} bytes, device {}): {}", function, size, device, found.error().message));
@@ -32,12 +32,15 @@ void* allocate(std::string_view function, Platform platform, std::size_t size, i
     }
     auto address = (*found)->allocator->allocate(size, to_stream(stream));
     if (!address) {
-      last_failure_was_out_of_memory = address.error().code == Errc::out_of_memory;
+      out_of_memory = address.error().code == Errc::out_of_memory;
       set_last_error(fmt::format("{}({} bytes, device {}): {}", function, size, device, describe(address.error())));
       return nullptr;
     }
     return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
   });
+  // Thread-local state is written only on a failure: a success touches none (the fast path's cost).
+  if (block == nullptr) last_failure_was_out_of_memory = out_of_memory;
+  return block;
 }
 
 // For PyTorch: a failure is an exception that its C++ code carries up to Python as a RuntimeError.

@@ -30,7 +30,7 @@ DeviceReport report_of(int index) {
   if (const Device* device = existing_device(index)) {
     report.driver = device->driver_name;
     report.stats = device->allocator->tessera_stats();
-    report.usage = device->usage.usage();
+    report.usage = device->allocator->usage();
     report.capacity = device->driver->capacity();
     report.bad_frees = device->bad_frees.load(std::memory_order_relaxed);
   }
@@ -47,7 +47,7 @@ void fill(const DeviceReport& report, tessera_memory_stats& out) {
   const AllocatorStats& common = report.stats.common;
   const PoolUsage& all = report.usage.all;
   out = tessera_memory_stats{};
-  // The peaks are the usage counter's, which tessera_reset_peak_memory_stats starts again.
+  // The peaks are the allocator's usage's, which tessera_reset_peak_memory_stats starts again.
   out.allocated_bytes = common.allocated_bytes;
   out.allocated_bytes_peak = all.allocated_bytes.peak;
   out.requested_bytes = common.requested_bytes;
@@ -76,7 +76,7 @@ void fill(const DeviceReport& report, tessera_memory_stats& out) {
   out.capacity = report.capacity;
 }
 
-void put_counter(nlohmann::json& json, const std::string& prefix, const Counter& counter) {
+void put_counter(nlohmann::json& json, const std::string& prefix, const Stat& counter) {
   json[prefix + ".current"] = counter.current;
   json[prefix + ".peak"] = counter.peak;
   json[prefix + ".allocated"] = counter.allocated;
@@ -178,11 +178,11 @@ std::string summary(int index, const DeviceReport& report) {
                  const std::string& d) {
     text += fmt::format("| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n", metric, a, b, c, d);
   };
-  auto bytes_row = [&](std::string_view metric, const Counter& counter) {
+  auto bytes_row = [&](std::string_view metric, const Stat& counter) {
     row(metric, format_size(counter.current), format_size(counter.peak), format_size(counter.allocated),
         format_size(counter.freed));
   };
-  auto count_row = [&](std::string_view metric, const Counter& counter) {
+  auto count_row = [&](std::string_view metric, const Stat& counter) {
     row(metric, std::to_string(counter.current), std::to_string(counter.peak), std::to_string(counter.allocated),
         std::to_string(counter.freed));
   };
@@ -194,7 +194,7 @@ std::string summary(int index, const DeviceReport& report) {
   row("Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
   text += rule;
   const Usage& usage = report.usage;
-  auto pools_rows = [&](auto&& print, std::string_view metric, Counter PoolUsage::*measure) {
+  auto pools_rows = [&](auto&& print, std::string_view metric, Stat PoolUsage::*measure) {
     print(metric, usage.all.*measure);
     print("      from large pool", usage.large_pool.*measure);
     print("      from small pool", usage.small_pool.*measure);
@@ -269,7 +269,7 @@ const char* tessera_memory_summary(int device) {
 int tessera_reset_peak_memory_stats(int device) {
   return guarded("tessera_reset_peak_memory_stats", -1, [&] {
     if (!check_index("tessera_reset_peak_memory_stats", device)) return -1;
-    if (Device* found = existing_device(device)) found->usage.reset_peaks();
+    if (Device* found = existing_device(device)) found->allocator->reset_peak_usage();
     return 0;
   });
 }

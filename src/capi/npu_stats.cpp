@@ -42,20 +42,20 @@ static_assert(offsetof(tessera_npu_device_stats, max_split_size) == 9 * stat_arr
 static_assert(sizeof(tessera_npu_device_stats) == 9 * stat_array_size + 16 + 2 * stat_size + 8);  // 952 bytes
 static_assert(std::is_trivially_copyable_v<tessera_npu_device_stats>);
 
-tessera_npu_stat to_stat(const Counter& counter) {
+tessera_npu_stat to_stat(const Stat& counter) {
   return {static_cast<std::int64_t>(counter.current), static_cast<std::int64_t>(counter.peak),
           static_cast<std::int64_t>(counter.allocated), static_cast<std::int64_t>(counter.freed)};
 }
 
 // One StatArray from the per-pool counters of one measure.
-void put(tessera_npu_stat (&out)[3], const Usage& usage, Counter PoolUsage::*measure) {
+void put(tessera_npu_stat (&out)[3], const Usage& usage, Stat PoolUsage::*measure) {
   out[TESSERA_NPU_STAT_AGGREGATE] = to_stat(usage.all.*measure);
   out[TESSERA_NPU_STAT_SMALL_POOL] = to_stat(usage.small_pool.*measure);
   out[TESSERA_NPU_STAT_LARGE_POOL] = to_stat(usage.large_pool.*measure);
 }
 
 tessera_npu_device_stats device_stats(const Device& device) {
-  const Usage usage = device.usage.usage();
+  const Usage usage = device.allocator->usage();
   const TesseraStats stats = device.allocator->tessera_stats();
   tessera_npu_device_stats out{};
   put(out.allocation, usage, &PoolUsage::allocation);

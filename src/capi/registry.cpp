@@ -176,9 +176,6 @@ Result<Device*> create_device(int index, Platform platform) {
   auto allocator = make_tessera_allocator(*device->driver, *config);
   if (!allocator) return std::move(allocator).error();
   device->allocator = std::move(*allocator);
-  device->allocator->add_observer(device->usage);
-  // Pages made before the counter listened (none today): its reserved figure starts from the allocator's.
-  device->usage.start_from(device->allocator->tessera_stats().common.reserved_bytes);
   if (history_entries > 0) device->allocator->record_history(history_entries);
   if (history_stacks) device->allocator->set_history_stacks(history_stacks);
   chosen_driver = *name;

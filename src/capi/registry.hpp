@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "capi/usage_counter.hpp"
 #include "tessera/allocator.hpp"
 #include "tessera/driver.hpp"
 #include "tessera/result.hpp"
@@ -31,8 +30,7 @@ struct Device {
   pid_t creator = getpid();  // a fork()'s child may use the device only where the driver survives fork
   std::string driver_name;
   std::unique_ptr<Driver> driver;
-  UsageCounter usage;
-  std::unique_ptr<TesseraAllocator> allocator;  // uses driver and usage
+  std::unique_ptr<TesseraAllocator> allocator;  // uses driver
   std::atomic<std::uint64_t> bad_frees{0};
 };
 

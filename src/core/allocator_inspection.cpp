@@ -77,12 +77,12 @@ void add_inactive_split(const Arena& arena, PoolStats& pool) {
 
 AllocatorStats TesseraAllocatorImpl::stats() const {
   std::lock_guard lock(mutex_);
-  return observers_.stats().stats().common;
+  return observers_.stats().common;
 }
 
 TesseraStats TesseraAllocatorImpl::tessera_stats() const {
   std::lock_guard lock(mutex_);
-  TesseraStats stats = observers_.stats().stats();
+  TesseraStats stats = observers_.stats();
   stats.cached_bytes = 0;
   for (const auto& placement : placements_) stats.cached_bytes += idle_mapped_bytes(*placement, granule_);
   stats.tags = tag_stats();
@@ -97,6 +97,16 @@ TesseraStats TesseraAllocatorImpl::tessera_stats() const {
     add_inactive_split(placement->arena(), stats.pools[static_cast<std::size_t>(placement->arena().pool())]);
   }
   return stats;
+}
+
+Usage TesseraAllocatorImpl::usage() const {
+  std::lock_guard lock(mutex_);
+  return observers_.usage().usage();
+}
+
+void TesseraAllocatorImpl::reset_peak_usage() {
+  std::lock_guard lock(mutex_);
+  observers_.usage().reset_peaks();
 }
 
 // A shared block's segment counts its own pages: the slivers' granules are its home segment's.
@@ -274,7 +284,7 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
 
 Error TesseraAllocatorImpl::out_of_memory(Bytes requested, std::string_view why) {
   notify([&](AllocatorObserver& observer) { observer.out_of_memory(requested); });
-  const TesseraStats& stats = observers_.stats().stats();
+  const TesseraStats stats = observers_.stats();
   Bytes cached = mapper_.pool().granules() * granule_;
   for (const auto& placement : placements_) cached += idle_mapped_bytes(*placement, granule_);
   return make_error(Errc::out_of_memory,
@@ -379,7 +389,7 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   if (auto broken = check_shared(requested, allocated, live_blocks, lent_blocks, mapped_slots, mapped_of_chunk)) {
     return broken;
   }
-  const TesseraStats& stats = observers_.stats().stats();
+  const TesseraStats stats = observers_.stats();
   if (live_blocks != live_.size()) return fmt::format("{} live blocks but {} in the live map", live_blocks, live_.size());
   if (requested != stats.common.requested_bytes) return fmt::format("requested {} but stats say {}", requested, stats.common.requested_bytes);
   if (allocated != stats.common.allocated_bytes) return fmt::format("allocated {} but stats say {}", allocated, stats.common.allocated_bytes);

@@ -10,6 +10,7 @@
 
 #include "core/history_recorder.hpp"
 #include "core/stats_observer.hpp"
+#include "core/usage_observer.hpp"
 #include "tessera/allocator_observer.hpp"
 
 namespace tessera::core {
@@ -35,6 +36,7 @@ class Observers {
   template <class Notify>
   void notify(Notify&& call) {
     call(stats_);
+    call(usage_);
     call(history_);
     call(pool_watch_);
     for (AllocatorObserver* observer : added_) call(*observer);
@@ -46,7 +48,17 @@ class Observers {
   // Not owned: the allocator, which outlives its observers' use.
   void set_pool_probe(const PoolProbe& probe) { probe_ = &probe; }
 
-  const StatsObserver& stats() const noexcept { return stats_; }
+  // The statistics the events gave: the stats observer's, with the live bytes and their peaks from the usage.
+  TesseraStats stats() const {
+    TesseraStats stats = stats_.stats();
+    stats.common.allocated_bytes = usage_.allocated_bytes();
+    stats.common.requested_bytes = usage_.requested_bytes();
+    stats.common.peak_allocated_bytes = usage_.lifetime_peak_allocated_bytes();
+    stats.common.peak_requested_bytes = usage_.lifetime_peak_requested_bytes();
+    return stats;
+  }
+  UsageObserver& usage() noexcept { return usage_; }
+  const UsageObserver& usage() const noexcept { return usage_; }
   HistoryRecorder& history() noexcept { return history_; }
   const HistoryRecorder& history() const noexcept { return history_; }
 
@@ -74,6 +86,7 @@ class Observers {
   }
 
   StatsObserver stats_;
+  UsageObserver usage_;
   HistoryRecorder history_;
   PoolWatch pool_watch_;
   std::vector<AllocatorObserver*> added_;

@@ -1,4 +1,6 @@
-// Statistics in PyTorch's vocabulary plus Tessera's own, computed from the observer's events only.
+// Statistics in PyTorch's vocabulary plus Tessera's own, computed from the observer's events only. The live
+// bytes and their peaks are the usage observer's (usage_observer.hpp), which counts every block event anyway:
+// Observers::stats() puts them in.
 #pragma once
 
 #include <algorithm>
@@ -9,17 +11,6 @@ namespace tessera::core {
 
 class StatsObserver final : public AllocatorObserver {
  public:
-  void block_allocated(const BlockEvent& block) override {
-    AllocatorStats& common = stats_.common;
-    common.requested_bytes += block.requested;
-    common.allocated_bytes += block.size;
-    common.peak_requested_bytes = std::max(common.peak_requested_bytes, common.requested_bytes);
-    common.peak_allocated_bytes = std::max(common.peak_allocated_bytes, common.allocated_bytes);
-  }
-  void block_freed(const BlockEvent& block) override {
-    stats_.common.requested_bytes -= block.requested;
-    stats_.common.allocated_bytes -= block.size;
-  }
   void pages_created(std::uint64_t count, Bytes bytes) override {
     AllocatorStats& common = stats_.common;
     common.num_device_alloc += count;
@@ -70,7 +61,7 @@ class StatsObserver final : public AllocatorObserver {
   void tag_paused(TagId, Bytes, Bytes) override { stats_.pauses += 1; }
   void tag_resumed(TagId, Bytes) override { stats_.resumes += 1; }
 
-  const TesseraStats& stats() const noexcept { return stats_; }
+  const TesseraStats& stats() const noexcept { return stats_; }  // less the live bytes
 
  private:
   static Bytes bytes_of(std::span<const PageMapping> mappings) {

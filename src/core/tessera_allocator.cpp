@@ -72,14 +72,52 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   for (const HostBuffer& buffer : backup_cache_.take_all()) mapper_.free_backup(buffer);
 }
 
+Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
+  if (size < minimum_block) return minimum_block;
+  const unsigned divisions = config_.roundup_power2_divisions;
+  if (divisions > 1 && size > minimum_block * divisions) return *support::round_up_to_power2_division(size, divisions);  // size <= the limit: no overflow
+  return align_up(size, minimum_block);
+}
+
+Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool pool) {
+  const Address address = block->address;
+  block->on_pause = current_on_pause();
+  live_.insert(address, block);
+  const BlockEvent event{address, block->size, block->requested, stream, pool};
+  notify([&](AllocatorObserver& observer) { observer.block_allocated(event); });
+  return address;
+}
+
 Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
-  // The history's stack for this allocation, taken before the lock (set_history_stacks says why); off, this
-  // is one relaxed load. Set under the lock for every allocation while on (empty: none), so that no stack of
-  // an allocation that failed goes with a later one.
-  std::optional<std::shared_ptr<const Stack>> stack;
-  if (capture_on_.load(std::memory_order_relaxed)) stack = capture_stack();
+  // The history's stack for this allocation is taken before the lock (set_history_stacks says why); off, this
+  // is one relaxed load.
+  if (capture_on_.load(std::memory_order_relaxed)) [[unlikely]] return allocate_with_stack(size, stream);
   std::lock_guard lock(mutex_);
-  if (stack && capture_on_.load(std::memory_order_relaxed)) observers_.history().set_next_stack(std::move(*stack));
+  // The fast path: the fit is cached memory, a page under each of its slots, and no free waits. The ladder
+  // (allocate_slow) would take the same block (slivers are tried first only when the contiguous placement
+  // lacks pages), through more branches; kept out of line, so that this path saves and restores little.
+  if (size <= budget_.limit() && pending_.empty() && !mapper_.has_stale_events()) [[likely]] {
+    const Bytes rounded = round_size(size);
+    const MemoryPool pool = pool_for(rounded);
+    if (Placement* placement = placement_for(stream, pool, current_tag()); placement != nullptr) [[likely]] {
+      Block* fit = placement->fit(rounded);
+      if (fit != nullptr && placement->is_cached(*fit, rounded)) return hand_out(placement->take(fit, rounded, size), stream, pool);
+    }
+  }
+  return allocate_slow(size, stream);
+}
+
+Result<Address> TesseraAllocatorImpl::allocate_with_stack(Bytes size, StreamId stream) {
+  std::shared_ptr<const Stack> stack = capture_stack();
+  std::lock_guard lock(mutex_);
+  // Set under the lock for every allocation while on (null: none), so that no stack of an allocation that
+  // failed goes with a later one.
+  if (capture_on_.load(std::memory_order_relaxed)) observers_.history().set_next_stack(std::move(stack));
+  return allocate_slow(size, stream);
+}
+
+// The whole ladder, under the lock; it begins with the fast path's test, for the callers that skipped it.
+Result<Address> TesseraAllocatorImpl::allocate_slow(Bytes size, StreamId stream) {
   if (size > budget_.limit()) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
   const MemoryPool pool = pool_for(rounded);
@@ -94,9 +132,6 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   // The free block the request goes into, handed down the ladder until something changes the free blocks.
   Block* fit = nullptr;
   if (pending_.empty() && !mapper_.has_stale_events()) {
-    // The fast path: the fit is cached memory, a page under each of its slots. The ladder below would take
-    // the same block (slivers are tried first only when the contiguous placement lacks pages), through
-    // more branches.
     fit = placement.fit(rounded);
     if (fit != nullptr && placement.is_cached(*fit, rounded)) return hand_out(placement.take(fit, rounded, size), stream, pool);
   } else if (auto done = process_pending(false); !done) {
@@ -137,6 +172,23 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
 
 Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
   std::lock_guard lock(mutex_);
+  // The fast path: a live block of an arena that no other stream used, while no tag is paused.
+  if (const std::size_t slot = live_.slot_of(address); slot != live_.npos) [[likely]] {
+    Block* block = live_.value_at(slot);
+    Arena* arena = block->arena;
+    if (paused_tags_ == 0 && arena != nullptr && pending_.users_of(block) == nullptr) [[likely]] {
+      const BlockEvent event = block_event(*arena, *block);
+      live_.erase_slot(slot);
+      placement_of(*arena).give_back(block, ++clock_);
+      notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
+      return {};
+    }
+  }
+  return deallocate_slow(address);
+}
+
+// Every case, under the lock: a paused block, a shared one, one other streams used, or none at all.
+Result<void> TesseraAllocatorImpl::deallocate_slow(Address address) {
   const std::size_t slot = live_.slot_of(address);
   if (slot == live_.npos) {
     return make_error(Errc::not_found, fmt::format("tessera: deallocate of {:#x}, which is not a live block of this "
@@ -205,13 +257,6 @@ Result<void> TesseraAllocatorImpl::set_memory_fraction(double fraction) {
 void TesseraAllocatorImpl::add_observer(AllocatorObserver& observer) {
   std::lock_guard lock(mutex_);
   observers_.add(observer);
-}
-
-Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
-  if (size < minimum_block) return minimum_block;
-  const unsigned divisions = config_.roundup_power2_divisions;
-  if (divisions > 1 && size > minimum_block * divisions) return *support::round_up_to_power2_division(size, divisions);  // size <= the limit: no overflow
-  return align_up(size, minimum_block);
 }
 
 Placement* TesseraAllocatorImpl::find_or_add_placement(ArenaKey key) {
@@ -283,14 +328,6 @@ Result<Address> TesseraAllocatorImpl::place(Placement& placement, Block* fit, By
   return hand_out(block, stream, placement.arena().pool());
 }
 
-Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool pool) {
-  const Address address = block->address;
-  block->on_pause = current_on_pause();
-  live_.insert(address, block);
-  const BlockEvent event{address, block->size, block->requested, stream, pool};
-  notify([&](AllocatorObserver& observer) { observer.block_allocated(event); });
-  return address;
-}
 
 // Gives back the blocks whose frees completed (all of them, waiting, when `wait`).
 Result<void> TesseraAllocatorImpl::process_pending(bool wait) {

@@ -47,6 +47,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   Result<void> set_memory_fraction(double fraction) override;
   AllocatorStats stats() const override;
   TesseraStats tessera_stats() const override;
+  Usage usage() const override;
+  void reset_peak_usage() override;
   AllocatorSnapshot snapshot() const override;
   void add_observer(AllocatorObserver& observer) override;
   std::optional<std::string> check() const override;
@@ -121,7 +123,10 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   }
 
   // tessera_allocator.cpp
-  Bytes round_size(Bytes size) const;
+  [[gnu::noinline]] Result<Address> allocate_with_stack(Bytes size, StreamId stream);
+  [[gnu::noinline]] Result<Address> allocate_slow(Bytes size, StreamId stream);
+  [[gnu::noinline]] Result<void> deallocate_slow(Address address);
+  [[gnu::always_inline]] inline Bytes round_size(Bytes size) const;  // tessera_allocator.cpp alone calls it
   MemoryPool pool_for(Bytes rounded) const noexcept {
     return rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
   }
@@ -140,8 +145,9 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   // whether the block may take the pages of idle cached blocks when none can be created.
   Result<Address> place(Placement& placement, Block* fit, Bytes rounded, Bytes requested, StreamId stream,
                         bool take_idle);
-  // Records a block just taken as live and tells the observers: the end of every allocation.
-  Address hand_out(Block* block, StreamId stream, MemoryPool pool);
+  // Records a block just taken as live and tells the observers: the end of every allocation (inline: the
+  // end of the fast path too; tessera_allocator.cpp alone calls it).
+  [[gnu::always_inline]] inline Address hand_out(Block* block, StreamId stream, MemoryPool pool);
   Result<void> process_pending(bool wait);
 
   // page_backing.cpp

@@ -1,6 +1,6 @@
 // PyTorch's per-pool statistics as Tessera computes them (docs/pytorch.md, "Statistics"): active.*,
-// active_bytes.*, segment.* and reserved_bytes.* from the observer events the C ABI's usage counter
-// (src/capi/usage_counter.cpp, compiled into this test) receives, and inactive_split*.current from the
+// active_bytes.*, segment.* and reserved_bytes.* from the allocator's usage (TesseraAllocator::usage(), kept
+// by its usage observer from the events it tells), and inactive_split*.current from the
 // allocator's state (TesseraStats::pools). Each is recomputed here from the allocator's snapshot after every
 // step of seeded runs — small and large blocks on two streams, frees that wait for a held stream, empty_cache,
 // garbage collection, pages of several granules, a paused tag, a block over slivers — and every peak is
@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "capi/usage_counter.hpp"
 #include "support/must.hpp"
 #include "tessera/allocator.hpp"
 #include "tessera/drivers.hpp"
@@ -121,7 +120,6 @@ class PoolStatisticsTest : public ::testing::Test {
   void make(std::size_t granules, std::string_view conf) {
     driver_ = must(make_host_driver({.capacity = granules * granule, .granularity = granule}));
     allocator_ = must(make_tessera_allocator(*driver_, must(parse_allocator_config(conf))));
-    allocator_->add_observer(usage_);
   }
 
   void TearDown() override {
@@ -162,14 +160,14 @@ class PoolStatisticsTest : public ::testing::Test {
       EXPECT_EQ(now.segment, expected->segment);
       EXPECT_EQ(now.reserved, expected->reserved);
     }
-    const capi::Usage usage = usage_.usage();
-    const std::array<const capi::PoolUsage*, 3> pools{&usage.small_pool, &usage.large_pool, &usage.all};
+    const Usage usage = allocator_->usage();
+    const std::array<const PoolUsage*, 3> pools{&usage.small_pool, &usage.large_pool, &usage.all};
     const TesseraStats stats = allocator_->tessera_stats();
     for (std::size_t pool = 0; pool < 3; ++pool) {
       SCOPED_TRACE(testing::Message() << "pool " << pool << " after step " << step_);
-      const capi::PoolUsage& counters = *pools[pool];
-      const capi::Counter& reserved = pool == all ? usage.reserved_bytes : counters.mapped_bytes;
-      const std::array<std::pair<const capi::Counter*, std::uint64_t>, 4> pairs{
+      const PoolUsage& counters = *pools[pool];
+      const Stat& reserved = pool == all ? usage.reserved_bytes : counters.mapped_bytes;
+      const std::array<std::pair<const Stat*, std::uint64_t>, 4> pairs{
           {{&counters.active, now.active[pool]},
            {&counters.active_bytes, now.active_bytes[pool]},
            {&counters.segment, now.segment[pool]},
@@ -221,7 +219,7 @@ class PoolStatisticsTest : public ::testing::Test {
   }
 
   void reset_peaks() {
-    usage_.reset_peaks();
+    allocator_->reset_peak_usage();
     const Figures now = recompute(allocator_->snapshot());
     for (std::size_t pool = 0; pool < 3; ++pool) {
       peaks_[pool] = {now.active[pool], now.active_bytes[pool], now.segment[pool], now.reserved[pool]};
@@ -268,7 +266,6 @@ class PoolStatisticsTest : public ::testing::Test {
     EXPECT_NE(paused_block, 0u) << "a tag paused";
   }
 
-  capi::UsageCounter usage_;  // outlives the allocator that tells it
   std::unique_ptr<Driver> driver_;
   std::unique_ptr<TesseraAllocator> allocator_;
   std::map<Address, Bytes> live_;
@@ -327,22 +324,22 @@ TEST_F(PoolStatisticsTest, AFewBlocksByHand) {
   EXPECT_EQ(stats.pools[small].inactive_split, 2u);
   expected.active = {2, 1, 3};
   check(expected);
-  EXPECT_EQ(usage_.usage().small_pool.active_bytes.current, 6 * KiB) << "b, and c until its stream completes";
+  EXPECT_EQ(allocator_->usage().small_pool.active_bytes.current, 6 * KiB) << "b, and c until its stream completes";
   driver_->stream_control()->complete(held_);
   const Address d = allocate(1 * KiB);  // processes the completed free first
   EXPECT_EQ(d, a);
   expected.active = {2, 1, 3};
   check(expected);
-  EXPECT_EQ(usage_.usage().small_pool.active.freed, 2u);
-  EXPECT_EQ(usage_.usage().small_pool.active.peak, 3u);
+  EXPECT_EQ(allocator_->usage().small_pool.active.freed, 2u);
+  EXPECT_EQ(allocator_->usage().small_pool.active.peak, 3u);
   free(big);
   empty_cache();
   expected.active = {2, 0, 2};
   expected.segment = {1, 0, 1};
   expected.reserved = {granule, 0, granule};
   check(expected);
-  EXPECT_EQ(usage_.usage().large_pool.mapped_bytes.peak, 3 * granule);
-  EXPECT_EQ(usage_.usage().all.segment.peak, 2u);
+  EXPECT_EQ(allocator_->usage().large_pool.mapped_bytes.peak, 3 * granule);
+  EXPECT_EQ(allocator_->usage().all.segment.peak, 2u);
 }
 
 // A block over slivers (the out-of-memory ladder's last step) is a segment of its own; the slivers lent to
