@@ -32,17 +32,6 @@ bool TesseraAllocatorImpl::can_share_slivers() const noexcept {
   return config_.share_slivers && can.partial_map && can.page_multi_mapping;
 }
 
-SharedBlock* TesseraAllocatorImpl::shared_of(const Block* block) {
-  for (auto& shared : shared_) {
-    if (&shared->block == block) return shared.get();
-  }
-  return nullptr;
-}
-
-const SharedBlock* TesseraAllocatorImpl::shared_of(const Block* block) const {
-  return const_cast<TesseraAllocatorImpl*>(this)->shared_of(block);
-}
-
 // Heads: free blocks that start inside a mapped slot and run to its end. Tails: free blocks that end inside
 // a mapped slot they cover from its start. Only in arenas of the request's tag: a granule is never under
 // live blocks of two tags, so that pausing one never takes the other's bytes.
@@ -185,7 +174,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   if (tail_lent != nullptr) shared->mappings.push_back({slots - 1, plan.tail->granule, plan.tail->arena, tail_lent, false});
 
   Result<void> failure = mapper_.map_shared(*shared);
-  SharedBlock& kept = *shared_.emplace_back(std::move(shared));
+  SharedBlock& kept = shared_.add(std::move(shared));
   if (!failure.ok()) {
     // Pages never mapped go back to the pool now; the rest is taken apart as after a free (or later, if an
     // unmap fails: the block then waits in the pending list, no page lost).
@@ -211,7 +200,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
 
 // The caller's free: the mappings go only when the work queued on the block so far is done.
 Result<void> TesseraAllocatorImpl::free_shared(Block* block) {
-  const SharedBlock* shared = shared_of(block);
+  const SharedBlock* shared = shared_.of(block);
   std::vector<StreamId> streams{shared->stream};
   if (const auto* users = pending_.users_of(block)) streams.insert(streams.end(), users->begin(), users->end());
   const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool, true};
@@ -225,7 +214,7 @@ Result<void> TesseraAllocatorImpl::free_shared(Block* block) {
 // Unmaps what is mapped, pools the pages, gives the slivers back and releases the range. False when a driver
 // call failed: what was done stays done, and the rest is tried again later.
 bool TesseraAllocatorImpl::take_apart(Block* block) {
-  SharedBlock* shared = shared_of(block);
+  SharedBlock* shared = shared_.of(block);
   if (!mapper_.unmap_shared(*shared).ok()) return false;
   // Nothing maps the slivers twice any more: their bytes are free again at home.
   std::erase_if(shared->mappings, [&](const SharedMapping& mapping) {
@@ -236,7 +225,7 @@ bool TesseraAllocatorImpl::take_apart(Block* block) {
     if (!mapper_.release_range(shared->base)) return false;
     shared->reserved = false;
   }
-  std::erase_if(shared_, [&](const auto& candidate) { return &candidate->block == block; });
+  shared_.remove(block);
   return true;
 }
 

@@ -31,7 +31,7 @@ const TesseraAllocatorImpl::TagState* TesseraAllocatorImpl::state_of(TagId tag) 
 }
 
 TagId TesseraAllocatorImpl::tag_of(const Block* block) const {
-  return block->arena != nullptr ? block->arena->tag() : shared_of(block)->tag;
+  return block->arena != nullptr ? block->arena->tag() : shared_.of(block)->tag;
 }
 
 bool TesseraAllocatorImpl::is_paused(const Block* block) const {
@@ -299,7 +299,7 @@ Result<void> TesseraAllocatorImpl::free_paused(Block* block) {
     notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
     return {};
   }
-  const SharedBlock* shared = shared_of(block);
+  const SharedBlock* shared = shared_.of(block);
   const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool};
   block->live = false;
   if (!take_apart(block)) pending_.retry_later(nullptr, block);  // tried again at the next drain

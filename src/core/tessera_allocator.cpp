@@ -224,7 +224,7 @@ Result<void> TesseraAllocatorImpl::do_record_stream(Address address, StreamId st
   }
   Block* block = *found;
   Arena* arena = block->arena;
-  if (stream == (arena != nullptr ? arena->stream() : shared_of(block)->stream)) return {};
+  if (stream == (arena != nullptr ? arena->stream() : shared_.of(block)->stream)) return {};
   pending_.record_stream(block, stream);
   return {};
 }

@@ -25,7 +25,7 @@
 #include "core/pending_frees.hpp"
 #include "core/observers.hpp"
 #include "core/placement.hpp"
-#include "core/shared_block.hpp"
+#include "core/shared_blocks.hpp"
 #include "core/spin_mutex.hpp"
 #include "driver/fork_guard.hpp"
 #include "support/address_table.hpp"
@@ -179,8 +179,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   void find_slivers(StreamId stream, TagId tag, std::vector<Sliver>& heads, std::vector<Sliver>& tails) const;
   Result<void> free_shared(Block* block);
   bool take_apart(Block* block);
-  SharedBlock* shared_of(const Block* block);
-  const SharedBlock* shared_of(const Block* block) const;
 
   // tag_pause.cpp
   TagState* state_of(TagId tag);
@@ -244,7 +242,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   ArenaKey last_key_{};
   Placement* last_placement_ = nullptr;
   support::AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
-  std::vector<std::unique_ptr<SharedBlock>> shared_;
+  SharedBlocks shared_;
   std::vector<TagState> tag_states_;  // in the order first used
   std::size_t paused_tags_ = 0;       // so that a free checks for a paused block only while one may exist
   // The host copies of paused live blocks, by block, and their sizes.
