@@ -86,7 +86,7 @@ TesseraStats TesseraAllocatorImpl::tessera_stats() const {
   stats.cached_bytes = 0;
   for (const auto& placement : placements_) stats.cached_bytes += idle_mapped_bytes(*placement, granule_);
   stats.tags = tag_stats();
-  stats.backup_cache_bytes = backup_cache_.bytes();
+  stats.backup_cache_bytes = tags_.kept_buffer_bytes();
   for (const MemoryPool pool : {MemoryPool::small, MemoryPool::large}) {
     PoolStats& figures = stats.pools[static_cast<std::size_t>(pool)];
     const PoolHeld held = held_by(pool);
@@ -133,10 +133,11 @@ PoolHeld TesseraAllocatorImpl::held_by(MemoryPool pool) const {
 
 std::vector<TagStats> TesseraAllocatorImpl::tag_stats() const {
   std::vector<TagStats> tags;
-  for (const TagState& state : tag_states_) tags.push_back({tag_name(state.tag), state.paused});
+  const std::vector<TagBook::State>& states = tags_.states();
+  for (const TagBook::State& state : states) tags.push_back({tag_name(state.tag), state.paused});
   auto of = [&](TagId tag) -> TagStats& {
     std::size_t index = 0;
-    while (tag_states_[index].tag != tag) ++index;
+    while (states[index].tag != tag) ++index;
     return tags[index];
   };
   for (const auto& placement : placements_) {
@@ -157,7 +158,7 @@ std::vector<TagStats> TesseraAllocatorImpl::tag_stats() const {
     }
   }
   for (TagStats& stats : tags) stats.paused_bytes = stats.paused ? stats.allocated_bytes : 0;
-  for (const auto& [block, backup] : backups_) of(tag_of(block)).backup_bytes += backup.size;
+  tags_.visit_backups([&](const Block* block, const HostBuffer& backup) { of(tag_of(block)).backup_bytes += backup.size; });
   return tags;
 }
 
@@ -211,7 +212,7 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
     for (const Region& region : arena->regions()) {
       SnapshotSegment segment{region.base, region.span, region.mapped * granule_, arena->stream(), arena->pool(), {}};
       segment.tag = tag_name(arena->tag());
-      segment.paused = state_of(arena->tag())->paused;
+      segment.paused = tags_.is_paused(arena->tag());
       // Mapped runs, less the bytes lent to shared blocks: those are shown where they are used.
       std::vector<MappedRange> lent_ranges;
       for (const Block* block = region.first_block; block != nullptr; block = block->next) {
@@ -257,7 +258,7 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
     }
     SnapshotSegment segment{shared->base, shared->span, mapped, shared->stream, shared->pool, {}};
     segment.tag = tag_name(shared->tag);
-    segment.paused = state_of(shared->tag)->paused;
+    segment.paused = tags_.is_paused(shared->tag);
     // Its own pages, and of each sliver the bytes it uses (mappings are in slot order).
     for (const SharedMapping& mapping : shared->mappings) {
       if (!mapping.mapped) continue;
@@ -338,7 +339,7 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   std::unordered_map<std::uint64_t, std::size_t> mapped_of_chunk;
   for (const auto& placement : placements_) {
     const Arena* arena = &placement->arena();
-    const TagState* tag = state_of(arena->tag());
+    const TagBook::State* tag = tags_.state_of(arena->tag());
     if (tag == nullptr) return fmt::format("arena {}: its tag {} is unknown", arena->index(), arena->tag());
     for (const Region& region : arena->regions()) {
       if (auto broken = check_page_table(region, mapped_slots, mapped_of_chunk)) return broken;
@@ -423,21 +424,22 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
 // Paused tags: counted, never the placement a fast path may reuse; a backup only for a paused live block.
 std::optional<std::string> TesseraAllocatorImpl::check_tags() const {
   std::size_t paused = 0;
-  for (const TagState& state : tag_states_) paused += state.paused ? 1 : 0;
-  if (paused != paused_tags_) return fmt::format("{} tags paused but {} counted", paused, paused_tags_);
-  if (last_placement_ != nullptr && state_of(last_placement_->arena().tag())->paused) {
+  for (const TagBook::State& state : tags_.states()) paused += state.paused ? 1 : 0;
+  if (paused != tags_.paused_count()) return fmt::format("{} tags paused but {} counted", paused, tags_.paused_count());
+  if (last_placement_ != nullptr && tags_.is_paused(last_placement_->arena().tag())) {
     return std::string("the placement the fast path reuses is a paused tag's");
   }
-  for (const auto& [block, backup] : backups_) {
+  std::optional<std::string> broken;
+  tags_.visit_backups([&](const Block* block, const HostBuffer& backup) {
+    if (broken) return;
     if (!block->live || block->lent || !is_paused(block)) {
-      return fmt::format("block {:#x} has a backup but is not a paused live block", block->address);
+      broken = fmt::format("block {:#x} has a backup but is not a paused live block", block->address);
+    } else if (backup.size < block->requested) {
+      broken = fmt::format("block {:#x}: its backup of {} bytes is smaller than its {} bytes", block->address,
+                           backup.size, block->requested);
     }
-    if (backup.size < block->requested) {
-      return fmt::format("block {:#x}: its backup of {} bytes is smaller than its {} bytes", block->address,
-                         backup.size, block->requested);
-    }
-  }
-  return std::nullopt;
+  });
+  return broken;
 }
 
 // Shared blocks: live ones in the live map and counted; freed ones pending; every lent granule still mapped
@@ -460,7 +462,7 @@ std::optional<std::string> TesseraAllocatorImpl::check_shared(
     if (block.address < shared->base || block.end() > shared->base + shared->span) {
       return fmt::format("shared block {:#x}: outside its range", block.address);
     }
-    const bool paused = state_of(shared->tag)->paused;
+    const bool paused = tags_.is_paused(shared->tag);
     for (const SharedMapping& mapping : shared->mappings) {
       if (block.live && !paused && !mapping.mapped) return fmt::format("shared block {:#x}: slot {} unmapped", block.address, mapping.slot);
       if (!mapping.is_sliver()) {

@@ -19,40 +19,15 @@
 
 namespace tessera::core {
 
-TesseraAllocatorImpl::TagState* TesseraAllocatorImpl::state_of(TagId tag) {
-  for (TagState& state : tag_states_) {
-    if (state.tag == tag) return &state;
-  }
-  return nullptr;
-}
-
-const TesseraAllocatorImpl::TagState* TesseraAllocatorImpl::state_of(TagId tag) const {
-  return const_cast<TesseraAllocatorImpl*>(this)->state_of(tag);
-}
-
 TagId TesseraAllocatorImpl::tag_of(const Block* block) const {
   return block->arena != nullptr ? block->arena->tag() : shared_.of(block)->tag;
 }
 
-bool TesseraAllocatorImpl::is_paused(const Block* block) const {
-  const TagState* state = state_of(tag_of(block));
-  return state != nullptr && state->paused;
-}
+bool TesseraAllocatorImpl::is_paused(const Block* block) const { return tags_.is_paused(tag_of(block)); }
 
 std::vector<std::string> TesseraAllocatorImpl::tags() const {
   std::lock_guard lock(mutex_);
-  std::vector<std::string> names;
-  for (const TagState& state : tag_states_) names.push_back(tag_name(state.tag));
-  return names;
-}
-
-Result<TagId> TesseraAllocatorImpl::known_tag(std::string_view name, std::string_view operation) const {
-  if (auto tag = find_tag(name); tag && state_of(*tag) != nullptr) return *tag;
-  std::string known;
-  for (const TagState& state : tag_states_) known += (known.empty() ? "'" : ", '") + tag_name(state.tag) + "'";
-  return make_error(Errc::not_found, fmt::format("tessera: {} of tag {}: nothing was ever allocated under it here "
-                                                 "(tags here: {})",
-                                                 operation, quoted_tag_name(name), known.empty() ? "none" : known));
+  return tags_.names();
 }
 
 template <class Visit>
@@ -65,6 +40,17 @@ void TesseraAllocatorImpl::visit_live_blocks(TagId tag, Visit&& visit) {
         if (block->live) visit(arena, *block);
       }
     }
+  }
+}
+
+// The caller's blocks under the tag, live now: those of its arenas (not the lent slivers), then its shared ones.
+template <class Visit>
+void TesseraAllocatorImpl::visit_tag_blocks(TagId tag, Visit&& visit) {
+  visit_live_blocks(tag, [&](Arena&, Block& block) {
+    if (!block.lent) visit(block);
+  });
+  for (const auto& shared : shared_) {
+    if (shared->tag == tag && shared->block.live) visit(shared->block);
   }
 }
 
@@ -97,48 +83,36 @@ Result<void> TesseraAllocatorImpl::back_up_tag(TagId tag, bool every_block) {
   std::vector<const Block*> made;
   Result<void> failure;
   auto back_up = [&](Block& block) {
-    if (!failure.ok() || block.lent || backups_.contains(&block)) return;
+    if (!failure.ok() || tags_.has_backup(&block)) return;
     if (!every_block && block.on_pause != OnPause::back_up) return;
-    auto backup = backup_buffer(block.requested);
+    auto backup = tags_.buffer_for(block.requested);
     if (!backup) {
       failure = std::move(backup).error();
       return;
     }
     if (auto copied = mapper_.back_up(*backup, block.address, block.requested); !copied) {
-      free_backup_buffer(*backup);
+      tags_.release_buffer(*backup);
       failure = std::move(copied).error();
       return;
     }
-    backups_.emplace(&block, *backup);
+    tags_.keep_backup(&block, *backup);
     made.push_back(&block);
   };
-  visit_live_blocks(tag, [&](Arena&, Block& block) { back_up(block); });
-  for (const auto& shared : shared_) {
-    if (shared->tag == tag && shared->block.live) back_up(shared->block);
-  }
+  visit_tag_blocks(tag, back_up);
   if (!failure.ok()) {
-    for (const Block* block : made) drop_backup(block);
+    for (const Block* block : made) tags_.drop_backup(block);
   }
   return failure;
 }
 
 TesseraAllocatorImpl::Unbacked TesseraAllocatorImpl::blocks_without_backup(TagId tag) {
   Unbacked lost;
-  auto count = [&](const Block& block) {
-    if (block.lent || backups_.contains(&block)) return;
+  visit_tag_blocks(tag, [&](const Block& block) {
+    if (tags_.has_backup(&block)) return;
     ++lost.blocks;
     lost.bytes += block.requested;
-  };
-  visit_live_blocks(tag, [&](Arena&, Block& block) { count(block); });
-  for (const auto& shared : shared_) {
-    if (shared->tag == tag && shared->block.live) count(shared->block);
-  }
+  });
   return lost;
-}
-
-Result<HostBuffer> TesseraAllocatorImpl::backup_buffer(Bytes size) {
-  if (auto kept = backup_cache_.take(size)) return *kept;
-  return mapper_.allocate_backup(size);
 }
 
 // The cache serves the next pause of a tag that pauses: a kept buffer is worth its host memory only while
@@ -146,34 +120,15 @@ Result<HostBuffer> TesseraAllocatorImpl::backup_buffer(Bytes size) {
 // grew, or went, leaves its old buffer to no one: it is freed here, at every pause and resume, so the cache
 // never holds more than one buffer for each such block, of at most twice its bytes.
 void TesseraAllocatorImpl::trim_backup_cache() {
-  if (backup_cache_.size() == 0) return;
+  if (!tags_.keeps_buffers()) return;
   std::vector<Bytes> wanted;
-  auto want = [&](const Block& block) {
-    if (!block.lent && !backups_.contains(&block)) wanted.push_back(block.requested);
-  };
-  for (const TagState& state : tag_states_) {
+  for (const TagBook::State& state : tags_.states()) {
     if (!state.paused_before) continue;
-    visit_live_blocks(state.tag, [&](Arena&, Block& block) { want(block); });
-    for (const auto& shared : shared_) {
-      if (shared->tag == state.tag && shared->block.live) want(shared->block);
-    }
+    visit_tag_blocks(state.tag, [&](const Block& block) {
+      if (!tags_.has_backup(&block)) wanted.push_back(block.requested);
+    });
   }
-  for (const HostBuffer& buffer : backup_cache_.keep_only_for(std::move(wanted))) mapper_.free_backup(buffer);
-}
-
-void TesseraAllocatorImpl::free_backup_buffer(const HostBuffer& buffer) {
-  if (config_.backup_cache) {
-    backup_cache_.keep(buffer);
-  } else {
-    mapper_.free_backup(buffer);
-  }
-}
-
-void TesseraAllocatorImpl::drop_backup(const Block* block) {
-  auto found = backups_.find(block);
-  if (found == backups_.end()) return;
-  free_backup_buffer(found->second);
-  backups_.erase(found);
+  tags_.keep_buffers_only_for(std::move(wanted));
 }
 
 Result<void> TesseraAllocatorImpl::unmap_tag(TagId tag) {
@@ -281,16 +236,17 @@ Result<void> TesseraAllocatorImpl::remap_shared(SharedBlock& shared) {
 }
 
 Result<void> TesseraAllocatorImpl::restore_backups(TagId tag) {
-  for (const auto& [block, backup] : backups_) {
-    if (tag_of(block) != tag) continue;
-    if (auto done = mapper_.restore(block->address, backup, block->requested); !done) return done;
-  }
-  return {};
+  Result<void> failure;
+  tags_.visit_backups([&](const Block* block, const HostBuffer& backup) {
+    if (!failure.ok() || tag_of(block) != tag) return;
+    failure = mapper_.restore(block->address, backup, block->requested);
+  });
+  return failure;
 }
 
 // A paused block's bytes are nowhere on the device and no work can be queued on them: it goes at once.
 Result<void> TesseraAllocatorImpl::free_paused(Block* block) {
-  drop_backup(block);
+  tags_.drop_backup(block);
   pending_.forget_users(block);
   live_.erase(block->address);
   if (Arena* arena = block->arena; arena != nullptr) {
@@ -307,11 +263,17 @@ Result<void> TesseraAllocatorImpl::free_paused(Block* block) {
   return {};
 }
 
+Bytes TesseraAllocatorImpl::live_bytes_of(TagId tag) {
+  Bytes bytes = 0;
+  visit_tag_blocks(tag, [&](const Block& block) { bytes += block.size; });
+  return bytes;
+}
+
 Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) {
   std::lock_guard lock(mutex_);
-  auto tag = known_tag(name, "pause");
+  auto tag = tags_.known(name, "pause");
   if (!tag) return std::move(tag).error();
-  TagState& state = *state_of(*tag);
+  TagBook::State& state = *tags_.state_of(*tag);
   if (!state.paused) {
     if (auto done = prove_tag_idle(*tag); !done) {
       return make_error(done.error().code, fmt::format("tessera: pause of tag '{}': proving the device done with its "
@@ -323,16 +285,14 @@ Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) 
                                                        "memory failed; nothing changed: {}",
                                                        name, done.error().message));
     }
-    state.paused = true;
-    state.paused_before = true;
+    tags_.set_paused(state, true);
     trim_backup_cache();
-    ++paused_tags_;
     last_placement_ = nullptr;
-    Bytes paused_bytes = 0;
-    visit_live_blocks(*tag, [&](Arena&, Block& block) { paused_bytes += block.lent ? 0 : block.size; });
-    for (const auto& shared : shared_) paused_bytes += shared->tag == *tag && shared->block.live ? shared->block.size : 0;
+    const Bytes paused_bytes = live_bytes_of(*tag);
     Bytes backup_bytes = 0;
-    for (const auto& [block, buffer] : backups_) backup_bytes += tag_of(block) == *tag ? buffer.size : 0;
+    tags_.visit_backups([&](const Block* block, const HostBuffer& buffer) {
+      backup_bytes += tag_of(block) == *tag ? buffer.size : 0;
+    });
     notify([&](AllocatorObserver& observer) { observer.tag_paused(*tag, paused_bytes, backup_bytes); });
   } else if (backup) {
     if (auto lost = blocks_without_backup(*tag); lost.blocks > 0) {
@@ -360,9 +320,9 @@ Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) 
 
 Result<void> TesseraAllocatorImpl::do_resume(std::string_view name) {
   std::lock_guard lock(mutex_);
-  auto tag = known_tag(name, "resume");
+  auto tag = tags_.known(name, "resume");
   if (!tag) return std::move(tag).error();
-  TagState& state = *state_of(*tag);
+  TagBook::State& state = *tags_.state_of(*tag);
   if (!state.paused) return {};
   // Frees waiting for events give their pages first (a block over slivers keeps its pages until then).
   if (auto done = process_pending(true); !done) {
@@ -395,19 +355,9 @@ Result<void> TesseraAllocatorImpl::do_resume(std::string_view name) {
                                                          "pages mapped, and resuming again copies them: {}",
                                                          name, restored.error().message));
   }
-  Bytes resumed = 0;
-  visit_live_blocks(*tag, [&](Arena&, Block& block) { resumed += block.lent ? 0 : block.size; });
-  for (const auto& shared : shared_) resumed += shared->tag == *tag && shared->block.live ? shared->block.size : 0;
-  for (auto backup = backups_.begin(); backup != backups_.end();) {
-    if (tag_of(backup->first) != *tag) {
-      ++backup;
-      continue;
-    }
-    free_backup_buffer(backup->second);
-    backup = backups_.erase(backup);
-  }
-  state.paused = false;
-  --paused_tags_;
+  const Bytes resumed = live_bytes_of(*tag);
+  tags_.drop_backups_if([&](const Block* block) { return tag_of(block) == *tag; });
+  tags_.set_paused(state, false);
   trim_backup_cache();
   notify([&](AllocatorObserver& observer) { observer.tag_resumed(*tag, resumed); });
   return {};

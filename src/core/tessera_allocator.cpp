@@ -46,7 +46,8 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
                               : page_max_granules_),
       budget_(mapper_),
       pending_(mapper_),
-      share_slivers_(can_share_slivers()) {
+      share_slivers_(can_share_slivers()),
+      tags_(mapper_, config.backup_cache) {
   observers_.set_pool_probe(*this);
 }
 
@@ -68,8 +69,7 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   }
   mapper_.release_all_pooled();
   mapper_.destroy_events(events);
-  for (const auto& [block, backup] : backups_) mapper_.free_backup(backup);
-  for (const HostBuffer& buffer : backup_cache_.take_all()) mapper_.free_backup(buffer);
+  // The tag book frees the backups' host buffers as it goes.
 }
 
 Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
@@ -176,7 +176,7 @@ Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
   if (const std::size_t slot = live_.slot_of(address); slot != live_.npos) [[likely]] {
     Block* block = live_.value_at(slot);
     Arena* arena = block->arena;
-    if (paused_tags_ == 0 && arena != nullptr && pending_.users_of(block) == nullptr) [[likely]] {
+    if (!tags_.any_paused() && arena != nullptr && pending_.users_of(block) == nullptr) [[likely]] {
       const BlockEvent event = block_event(*arena, *block);
       live_.erase_slot(slot);
       placement_of(*arena).give_back(block, ++clock_);
@@ -196,7 +196,7 @@ Result<void> TesseraAllocatorImpl::deallocate_slow(Address address) {
                                                    address));
   }
   Block* block = live_.value_at(slot);
-  if (paused_tags_ > 0 && is_paused(block)) return free_paused(block);
+  if (tags_.any_paused() && is_paused(block)) return free_paused(block);
   Arena* arena = block->arena;
   if (arena == nullptr) return free_shared(block);
   BlockEvent event = block_event(*arena, *block);
@@ -233,7 +233,7 @@ Result<void> TesseraAllocatorImpl::empty_cache() {
   std::lock_guard lock(mutex_);
   if (auto done = process_pending(true); !done) return done;
   if (auto taken = reclaim(std::numeric_limits<std::size_t>::max(), nullptr); !taken) return std::move(taken).error();
-  for (const HostBuffer& buffer : backup_cache_.take_all()) mapper_.free_backup(buffer);
+  tags_.free_kept_buffers();
   return mapper_.release_pooled(0);
 }
 
@@ -263,9 +263,7 @@ Placement* TesseraAllocatorImpl::find_or_add_placement(ArenaKey key) {
   const auto raw_stream = key.first;
   const auto pool = static_cast<MemoryPool>(key.second & 0xff);
   const auto tag = static_cast<TagId>(key.second >> 8);
-  const TagState* state = state_of(tag);
-  if (state != nullptr && state->paused) return nullptr;
-  if (state == nullptr) tag_states_.push_back({tag});
+  if (tags_.note_used(tag).paused) return nullptr;
   auto found = placement_by_key_.find(key);
   if (found == placement_by_key_.end()) {
     const auto stream = static_cast<StreamId>(raw_stream);

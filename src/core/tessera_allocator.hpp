@@ -19,7 +19,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/backup_cache.hpp"
 #include "core/budget.hpp"
 #include "core/mapper.hpp"
 #include "core/pending_frees.hpp"
@@ -27,6 +26,7 @@
 #include "core/placement.hpp"
 #include "core/shared_blocks.hpp"
 #include "core/spin_mutex.hpp"
+#include "core/tag_book.hpp"
 #include "driver/fork_guard.hpp"
 #include "support/address_table.hpp"
 #include "tessera/allocator.hpp"
@@ -102,13 +102,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
     return {static_cast<std::uintptr_t>(stream), std::uint64_t{tag} << 8 | static_cast<std::uint8_t>(pool)};
   }
 
-  // A tag this allocator has allocated under. Its arenas are those whose tag it is; a shared block has its
-  // tag too.
-  struct TagState {
-    TagId tag;
-    bool paused = false;
-    bool paused_before = false;  // the backup cache keeps buffers only for the blocks of tags that pause
-  };
   struct Unbacked {
     std::size_t blocks = 0;
     Bytes bytes = 0;
@@ -181,27 +174,27 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   bool take_apart(Block* block);
 
   // tag_pause.cpp
-  TagState* state_of(TagId tag);
-  const TagState* state_of(TagId tag) const;
   TagId tag_of(const Block* block) const;
   bool is_paused(const Block* block) const;
-  Result<TagId> known_tag(std::string_view name, std::string_view operation) const;
   Result<void> prove_tag_idle(TagId tag);
   Result<void> back_up_tag(TagId tag, bool every_block);
   Unbacked blocks_without_backup(TagId tag);  // its live blocks that hold no backup
-  Result<HostBuffer> backup_buffer(Bytes size);
   // Frees the kept backup buffers that no live block of a tag that pauses could take (backup_cache.hpp).
   void trim_backup_cache();
-  void drop_backup(const Block* block);
-  void free_backup_buffer(const HostBuffer& buffer);  // kept for the next pause where the option says so
   // Unmaps every page under the tag (its shared blocks first: they map granules of its regions), pooling them.
   Result<void> unmap_tag(TagId tag);
   Result<void> map_tag(TagId tag, std::size_t& missing);
   Result<void> remap_shared(SharedBlock& shared);
   Result<void> restore_backups(TagId tag);
   Result<void> free_paused(Block* block);
+  // visit(Arena&, Block&) for every live block of the tag's arenas, lent slivers included.
   template <class Visit>
   void visit_live_blocks(TagId tag, Visit&& visit);
+  // visit(Block&) for the caller's live blocks under the tag: its arenas' (not the lent slivers) and its
+  // shared blocks.
+  template <class Visit>
+  void visit_tag_blocks(TagId tag, Visit&& visit);
+  Bytes live_bytes_of(TagId tag);
 
   // allocator_inspection.cpp
   PoolHeld held_by(MemoryPool pool) const override;  // PoolProbe: under the lock, as every notify is
@@ -243,11 +236,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   Placement* last_placement_ = nullptr;
   support::AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
   SharedBlocks shared_;
-  std::vector<TagState> tag_states_;  // in the order first used
-  std::size_t paused_tags_ = 0;       // so that a free checks for a paused block only while one may exist
-  // The host copies of paused live blocks, by block, and their sizes.
-  std::unordered_map<const Block*, HostBuffer> backups_;
-  BackupCache backup_cache_;
+  TagBook tags_;
   Backing backing_;
   detail::ForkGuardMembership fork_membership_{*this, detail::ForkRank::allocator};  // last: leaves first
 };
