@@ -117,7 +117,7 @@ typedef struct tessera_npu_device_stats {
   int64_t max_split_size;                /* 0 */
 } tessera_npu_device_stats;
 /* The statistics of `device` (all zero before its first allocation, and for a device out of range, which
- * also leaves a message). The function for set_get_device_stats_fn: DeviceStats(*)(int). */
+ * fails with TESSERA_ERROR_INVALID_ARGUMENT). The function for set_get_device_stats_fn: DeviceStats(*)(int). */
 TESSERA_C_API tessera_npu_device_stats tessera_npu_get_device_stats(int device);
 /* tessera_reset_peak_memory_stats without a result: the function for set_reset_peak_status_fn, void(*)(int). */
 TESSERA_C_API void tessera_npu_reset_peak_stats(int device);
@@ -129,7 +129,7 @@ TESSERA_C_API void tessera_npu_reset_peak_stats(int device);
  * checks both now. -1 with a message naming the problem: an unknown driver, a bad configuration key or
  * value, a driver that contradicts TESSERA_DRIVER, or allocators already created with other settings. */
 TESSERA_C_API int tessera_configure(const char* driver, const char* alloc_conf);
-/* The driver in use ("" before the first allocator exists). */
+/* The driver in use ("" before the first allocator exists, and on failure: the code tells them apart). */
 TESSERA_C_API const char* tessera_driver_name(void);
 /* 1 when the allocator of `device` exists, else 0; -1 and a message for a device out of range (below 0, or
  * 64 and above). */
