@@ -14,12 +14,15 @@
  * reserves fits: docs/pytorch.md), TESSERA_CUDA_LIBRARY and
  * TESSERA_ASCEND_LIBRARY (the platform library to load instead of libcuda.so.1 and libascendcl.so).
  *
- * Errors: the allocation functions return NULL and the others return -1 (or NULL for strings) on failure,
- * and leave a message, readable with tessera_last_error() on the failing thread, that names what is wrong.
- * No function throws or aborts. Every function is thread-safe.
+ * Errors ("Errors" below says more): every function records on the calling thread whether it failed, void
+ * ones included. A failure also returns NULL (the allocation functions and those that return a string) or -1
+ * (those that return an int); tessera_last_error_code() gives its kind and tessera_last_error() a message
+ * that names what is wrong. No function aborts, and none throws but tessera_torch_alloc and
+ * tessera_torch_npu_alloc, which throw a C++ std::runtime_error for PyTorch instead of returning NULL. Every
+ * function is thread-safe.
  *
  * Strings returned by tessera_* functions belong to the library: each stays valid on the calling thread
- * until the next call of the same function on that thread. */
+ * until the next call of the same function on that thread (tessera_last_error's: of any function). */
 #ifndef TESSERA_C_H
 #define TESSERA_C_H
 
@@ -46,23 +49,29 @@ extern "C" {
  * memory, no driver, a bad configuration): NULL and a message (tessera_last_error). */
 TESSERA_C_API void* tessera_alloc(size_t size, int device, void* stream);
 /* As tessera_alloc, but a failure throws a C++ std::runtime_error carrying the message instead of returning
- * NULL: the function to give PyTorch, which does not check the result of a pluggable allocator for NULL (a NULL
- * would become a tensor at address 0) but turns an exception into a Python RuntimeError. Out of memory reads
- * "CUDA out of memory. ..." as PyTorch's own message begins, so that code looking for it finds it. Callable
- * from C++ only. */
+ * NULL (the code and message are recorded as well): the function to give PyTorch, which does not check the
+ * result of a pluggable allocator for NULL (a NULL would become a tensor at address 0) but turns an exception
+ * into a Python RuntimeError. Out of memory reads "CUDA out of memory. ..." as PyTorch's own message begins, so
+ * that code looking for it finds it; it is a std::runtime_error all the same (PyTorch's c10::OutOfMemoryError
+ * would need libc10, which this library does not link). Callable from C++ only. */
 TESSERA_C_API void* tessera_torch_alloc(size_t size, int device, void* stream);
 /* Frees memory from tessera_alloc. NULL is ignored. A pointer this library did not hand out on `device`
- * changes nothing and leaves a message (it is counted as "tessera.bad_frees"); so does a device out of range,
- * and the message says so. `size` is not needed. */
+ * changes nothing and fails with TESSERA_ERROR_NOT_FOUND (it is counted as "tessera.bad_frees"), one of another
+ * device's with TESSERA_ERROR_INVALID_ARGUMENT, as does a device out of range; the message says which. `size`
+ * is not needed. */
 TESSERA_C_API void tessera_free(void* ptr, size_t size, int device, void* stream);
 /* Optional hooks (CUDAPluggableAllocator.set_init_fn, set_reset_fn, set_memory_fraction_fn,
- * set_record_stream_fn). init creates nothing: allocators are created on first use. */
+ * set_record_stream_fn). init creates nothing: allocators are created on first use; it checks the driver and
+ * the configuration, and fails (the code says so) when they are bad. */
 TESSERA_C_API void tessera_init(int device_count);
-/* Gives every cached, unused page of every device back to the driver (torch.cuda.empty_cache). */
+/* Gives every cached, unused page of every device back to the driver (torch.cuda.empty_cache). Every device
+ * is tried; the first failure is the one recorded. */
 TESSERA_C_API void tessera_empty_cache(void);
-/* The allocator of `device` may hold at most `fraction` (0 < fraction <= 1) of the device's memory. */
+/* The allocator of `device` may hold at most `fraction` (0 < fraction <= 1) of the device's memory; another
+ * fraction fails with TESSERA_ERROR_INVALID_ARGUMENT and changes nothing. */
 TESSERA_C_API void tessera_set_memory_fraction(double fraction, int device);
-/* Work on `stream` uses `ptr` too: its reuse by another stream waits for that work as well. */
+/* Work on `stream` uses `ptr` too: its reuse by another stream waits for that work as well. A pointer that is
+ * no live block of any device fails with TESSERA_ERROR_NOT_FOUND. NULL is ignored. */
 TESSERA_C_API void tessera_record_stream(void* ptr, void* stream);
 
 /* ---- torch_npu's NPUPluggableAllocator: the same functions with aclrtStream, on the ascend driver by
@@ -108,7 +117,7 @@ typedef struct tessera_npu_device_stats {
   int64_t max_split_size;                /* 0 */
 } tessera_npu_device_stats;
 /* The statistics of `device` (all zero before its first allocation, and for a device out of range, which
- * also leaves a message). The function for set_get_device_stats_fn: DeviceStats(*)(int). */
+ * fails with TESSERA_ERROR_INVALID_ARGUMENT). The function for set_get_device_stats_fn: DeviceStats(*)(int). */
 TESSERA_C_API tessera_npu_device_stats tessera_npu_get_device_stats(int device);
 /* tessera_reset_peak_memory_stats without a result: the function for set_reset_peak_status_fn, void(*)(int). */
 TESSERA_C_API void tessera_npu_reset_peak_stats(int device);
@@ -120,7 +129,7 @@ TESSERA_C_API void tessera_npu_reset_peak_stats(int device);
  * checks both now. -1 with a message naming the problem: an unknown driver, a bad configuration key or
  * value, a driver that contradicts TESSERA_DRIVER, or allocators already created with other settings. */
 TESSERA_C_API int tessera_configure(const char* driver, const char* alloc_conf);
-/* The driver in use ("" before the first allocator exists). */
+/* The driver in use ("" before the first allocator exists, and on failure: the code tells them apart). */
 TESSERA_C_API const char* tessera_driver_name(void);
 /* 1 when the allocator of `device` exists, else 0; -1 and a message for a device out of range (below 0, or
  * 64 and above). */
@@ -131,7 +140,8 @@ TESSERA_C_API const char* tessera_version(void);
  * mode's use: an RL job pauses its inference engine's memory while it trains, with every address kept.
  *
  * Allocations on this thread carry the innermost open tag, else "default". push_tag opens `tag` (NULL or
- * "": the default tag); pop_tag closes the innermost (nothing when none is open). A tag is at most 255 bytes
+ * "": the default tag); pop_tag closes the innermost (when none is open it closes nothing and fails with
+ * TESSERA_ERROR_NOT_FOUND). A tag is at most 255 bytes
  * of valid UTF-8 with no NUL or other control byte: push_tag refuses any other name, returning -1 with a
  * message that names the byte, and opens nothing; 0 on success.
  *
@@ -145,20 +155,61 @@ TESSERA_C_API void tessera_pop_tag(void);
  * device and its blocks keep their addresses. The bytes of its blocks allocated under
  * push_tag_with_backup, and of all its blocks when `backup` is non-zero, are first copied to host memory.
  * Resume maps pages under them again and copies the backups back (without a backup a block's contents are
- * unspecified). 0 on success; -1 and a message naming the tag and what failed: an unknown tag, a refused
- * name, the default tag ("" or "default": it holds every allocation made outside a tag, and is neither
- * paused nor resumed here), a device without an allocator, a pause with `backup` of a tag already paused
- * without one (its bytes are gone), out of memory on resume (the tag stays paused with its backups; resume
- * again once memory is free). */
+ * unspecified). 0 on success; -1 and a message naming the tag and what failed, with its code: an unknown tag
+ * or a device without an allocator (NOT_FOUND); a refused name, the default tag ("" or "default": it holds
+ * every allocation made outside a tag, and is neither paused nor resumed here), a pause with `backup` of a
+ * tag already paused without one (its bytes are gone) (INVALID_ARGUMENT); a driver that cannot copy to host
+ * memory (UNSUPPORTED); out of memory on resume (OUT_OF_MEMORY: the tag stays paused with its backups; resume
+ * again once memory is free). With tag NULL every tag is tried, and the first failure is the one recorded. */
 TESSERA_C_API int tessera_pause(int device, const char* tag, int backup);
 TESSERA_C_API int tessera_resume(int device, const char* tag);
+/* The tags the allocator of `device` has allocated under, in the order first used ("default" among them), as
+ * a JSON array of objects: {"name": "weights", "paused": false, "allocated_bytes": N, "reserved_bytes": N,
+ * "paused_bytes": N, "backup_bytes": N} (the figures as memory_stats_json's "tessera.tag.<name>.*"; a name
+ * is UTF-8 and may hold any character a tag may, '.' and '"' among them). "[]" when the device has no
+ * allocator; NULL and TESSERA_ERROR_INVALID_ARGUMENT for a device out of range. */
+TESSERA_C_API const char* tessera_tags_json(int device);
 
-/* ---- Errors. */
+/* ---- Errors.
+ *
+ * Per thread, like errno, but never stale: every tessera_* function except the four below first sets the
+ * calling thread's code to TESSERA_OK, and a failure then sets the code and the message. So after any call,
+ * tessera_last_error_code() on the same thread tells whether that call failed — void calls included — and
+ * tessera_last_error() is that call's message, or "" when it succeeded. Calls on other threads change
+ * neither. The four error functions read or clear the state and change nothing else; they never fail.
+ *
+ * The values of tessera_error_code are part of the ABI: a code keeps its number forever and new codes are
+ * only appended, so a caller should treat a code it does not know as a failure of an unknown kind. */
+typedef enum tessera_error_code {
+  TESSERA_OK = 0,                        /* the call succeeded */
+  TESSERA_ERROR_OUT_OF_MEMORY = 1,       /* no room on the device (its capacity, memory fraction or a paused tag) */
+  TESSERA_ERROR_INVALID_ARGUMENT = 2,    /* an argument or setting that breaks the call's contract: a device out
+                                            of range, a refused tag name, a bad configuration or driver name */
+  TESSERA_ERROR_NOT_FOUND = 3,           /* no such thing: a pointer that is no live block, an unknown tag, a device
+                                            without an allocator, no tag open to pop */
+  TESSERA_ERROR_NOT_MAPPED = 4,          /* the driver found a range unmapped that should be mapped */
+  TESSERA_ERROR_ALREADY_MAPPED = 5,      /* the driver found a range mapped that should be free */
+  TESSERA_ERROR_STILL_MAPPED = 6,        /* the driver refused to release memory that still has mappings */
+  TESSERA_ERROR_MAP_LIMIT = 7,           /* the operating system's limit on mappings (vm.max_map_count) */
+  TESSERA_ERROR_UNAVAILABLE = 8,         /* the platform library or device is missing, or unusable after fork() */
+  TESSERA_ERROR_UNSUPPORTED = 9,         /* the driver lacks what the call needs */
+  TESSERA_ERROR_PLATFORM = 10,           /* another failure the platform (CUDA, ACL, the OS) reported */
+  TESSERA_ERROR_HOST_OUT_OF_MEMORY = 11, /* host memory ran out inside the library (a std::bad_alloc) */
+  TESSERA_ERROR_INTERNAL = 12            /* an unexpected exception inside the library: a bug to report */
+} tessera_error_code;
 
-/* The message of the most recent failure on this thread; "" when none. Successful calls leave it. */
+/* The code of the most recent call on this thread: TESSERA_OK when it succeeded. An int, so that a code added
+ * later passes through. */
+TESSERA_C_API int tessera_last_error_code(void);
+/* The message of the most recent call on this thread when it failed; "" when it succeeded. Valid until the
+ * next tessera_* call on this thread. */
 TESSERA_C_API const char* tessera_last_error(void);
-/* The message of the most recent failure on any thread (PyTorch may allocate on its own threads). */
+/* The message of the most recent failure on any thread, kept until a newer failure or tessera_clear_error: a
+ * diagnostic for failures on threads the caller does not own (PyTorch may allocate on threads of its own). It
+ * says nothing about whether a given call failed — read tessera_last_error_code() on the calling thread — and
+ * nothing in the library or its Python package reports an error from it. */
 TESSERA_C_API const char* tessera_last_error_any_thread(void);
+/* This thread's code becomes TESSERA_OK, its message and the process's "". */
 TESSERA_C_API void tessera_clear_error(void);
 
 /* ---- Statistics, in PyTorch's vocabulary (memory_stats() keys in brackets). Peaks are since the start or

@@ -13,20 +13,13 @@ import os
 import threading
 from pathlib import Path
 
+from tessera.errors import ErrorCode, TesseraError, TesseraUnavailableError, error_for
+
 LIBRARY_NAME = "libtessera_c.so"
 
 _lock = threading.Lock()
 _library = None
 _path = None
-
-
-class TesseraError(RuntimeError):
-    """A failure reported by Tessera; the message names what is wrong."""
-
-
-class TesseraValueError(TesseraError, ValueError):
-    """A bad argument (a device that names none, a negative max_entries): a TesseraError like every failure of
-    the package, and a ValueError as Python's own functions raise for a bad value."""
 
 
 def _candidates():
@@ -42,34 +35,42 @@ def _candidates():
     return found, False
 
 
+# The C functions this package calls, as tessera_c.h declares them: name -> (result type, argument types).
+# tests/python/ctypes_declarations_test.py checks every entry against the header.
+_c = ctypes
+SIGNATURES = {
+    "tessera_alloc": (_c.c_void_p, [_c.c_size_t, _c.c_int, _c.c_void_p]),
+    "tessera_free": (None, [_c.c_void_p, _c.c_size_t, _c.c_int, _c.c_void_p]),
+    "tessera_init": (None, [_c.c_int]),
+    "tessera_empty_cache": (None, []),
+    "tessera_set_memory_fraction": (None, [_c.c_double, _c.c_int]),
+    "tessera_record_stream": (None, [_c.c_void_p, _c.c_void_p]),
+    "tessera_configure": (_c.c_int, [_c.c_char_p, _c.c_char_p]),
+    "tessera_driver_name": (_c.c_char_p, []),
+    "tessera_has_allocator": (_c.c_int, [_c.c_int]),
+    "tessera_version": (_c.c_char_p, []),
+    "tessera_last_error_code": (_c.c_int, []),
+    "tessera_last_error": (_c.c_char_p, []),
+    "tessera_last_error_any_thread": (_c.c_char_p, []),
+    "tessera_clear_error": (None, []),
+    "tessera_memory_stats_json": (_c.c_char_p, [_c.c_int]),
+    "tessera_memory_summary": (_c.c_char_p, [_c.c_int]),
+    "tessera_reset_peak_memory_stats": (_c.c_int, [_c.c_int]),
+    "tessera_record_memory_history": (_c.c_int, [_c.c_size_t]),
+    "tessera_dump_snapshot": (_c.c_int, [_c.c_char_p, _c.c_int]),
+    "tessera_set_history_stacks": (_c.c_int, [_c.c_void_p, _c.c_void_p]),
+    "tessera_push_tag": (_c.c_int, [_c.c_char_p]),
+    "tessera_push_tag_with_backup": (_c.c_int, [_c.c_char_p, _c.c_int]),
+    "tessera_pop_tag": (None, []),
+    "tessera_pause": (_c.c_int, [_c.c_int, _c.c_char_p, _c.c_int]),
+    "tessera_resume": (_c.c_int, [_c.c_int, _c.c_char_p]),
+    "tessera_tags_json": (_c.c_char_p, [_c.c_int]),
+}
+del _c
+
+
 def _declare(lib):
-    c = ctypes
-    signatures = {
-        "tessera_alloc": (c.c_void_p, [c.c_size_t, c.c_int, c.c_void_p]),
-        "tessera_free": (None, [c.c_void_p, c.c_size_t, c.c_int, c.c_void_p]),
-        "tessera_init": (None, [c.c_int]),
-        "tessera_empty_cache": (None, []),
-        "tessera_set_memory_fraction": (None, [c.c_double, c.c_int]),
-        "tessera_record_stream": (None, [c.c_void_p, c.c_void_p]),
-        "tessera_configure": (c.c_int, [c.c_char_p, c.c_char_p]),
-        "tessera_driver_name": (c.c_char_p, []),
-        "tessera_has_allocator": (c.c_int, [c.c_int]),
-        "tessera_version": (c.c_char_p, []),
-        "tessera_last_error": (c.c_char_p, []),
-        "tessera_last_error_any_thread": (c.c_char_p, []),
-        "tessera_clear_error": (None, []),
-        "tessera_memory_stats_json": (c.c_char_p, [c.c_int]),
-        "tessera_memory_summary": (c.c_char_p, [c.c_int]),
-        "tessera_reset_peak_memory_stats": (c.c_int, [c.c_int]),
-        "tessera_record_memory_history": (c.c_int, [c.c_size_t]),
-        "tessera_dump_snapshot": (c.c_int, [c.c_char_p, c.c_int]),
-        "tessera_push_tag": (c.c_int, [c.c_char_p]),
-        "tessera_push_tag_with_backup": (c.c_int, [c.c_char_p, c.c_int]),
-        "tessera_pop_tag": (None, []),
-        "tessera_pause": (c.c_int, [c.c_int, c.c_char_p, c.c_int]),
-        "tessera_resume": (c.c_int, [c.c_int, c.c_char_p]),
-    }
-    for name, (restype, argtypes) in signatures.items():
+    for name, (restype, argtypes) in SIGNATURES.items():
         function = getattr(lib, name)
         function.restype = restype
         function.argtypes = argtypes
@@ -109,7 +110,8 @@ def library():
                 tried.append("the dynamic loader's path (no libtessera_c.so)")
         hint = ("TESSERA_LIBRARY names a file that cannot be loaded" if explicit else
                 "build it (cmake --build build --target tessera_c) or set TESSERA_LIBRARY to its path")
-        raise TesseraError(f"cannot load {LIBRARY_NAME}: {hint}; tried: " + "; ".join(tried))
+        raise TesseraUnavailableError(f"cannot load {LIBRARY_NAME}: {hint}; tried: " + "; ".join(tried),
+                                      ErrorCode.UNAVAILABLE)
 
 
 def path():
@@ -119,18 +121,50 @@ def path():
 
 
 def last_error():
-    """The message of the most recent Tessera failure on this thread, else on any thread ('' when none)."""
+    """The message of the most recent Tessera call on this thread when it failed; '' when it succeeded. Another
+    thread's failure is never reported here (tessera_c.h, "Errors")."""
+    return (library().tessera_last_error() or b"").decode("utf-8", "replace")
+
+
+def last_error_code():
+    """The ErrorCode of the most recent Tessera call on this thread (an int when the library is newer)."""
+    code = library().tessera_last_error_code()
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return code
+
+
+def check(function):
+    """Raises the exception of the failure the C call just made on this thread reported, if it failed; the
+    check for every call, void ones included. `function` names the call when the library gave no message."""
     lib = library()
-    message = lib.tessera_last_error() or b""
-    if not message:
-        message = lib.tessera_last_error_any_thread() or b""
-    return message.decode("utf-8", "replace")
+    code = lib.tessera_last_error_code()
+    if code != ErrorCode.OK:
+        raise error_for(code, (lib.tessera_last_error() or b"").decode("utf-8", "replace") or f"{function} failed")
 
 
-def fail(what):
-    """Raises TesseraError with Tessera's message for the failure just reported."""
-    message = last_error()
-    raise TesseraError(message or f"{what} failed")
+def fail(function):
+    """Raises the exception of the failure the C call just made reported through its result (NULL, -1). A
+    TesseraError even if the code says OK: the result is the C ABI's word too."""
+    check(function)
+    raise TesseraError(f"{function} failed without an error code")
+
+
+_NO_FAILURE_VALUE = object()
+
+
+def call(function, *arguments, failure=_NO_FAILURE_VALUE):
+    """Calls the C function named `function` and raises the exception of its failure, if it failed; else
+    returns its result. `failure`: the result that means failure (-1, None for NULL), checked as well as the
+    code, so that a failure is raised even if something reset the code in between (a tensor's finalizer
+    freeing memory on this thread)."""
+    lib = library()
+    result = getattr(lib, function)(*arguments)
+    if failure is not _NO_FAILURE_VALUE and result == failure:
+        fail(function)
+    check(function)
+    return result
 
 
 def encode(text):

@@ -20,7 +20,9 @@ a tag") and docs/pytorch.md say more.
 
 import contextlib
 
-from tessera._lib import TesseraError, TesseraValueError, last_error, library
+from tessera import _lib
+from tessera.api import device_index, tags
+from tessera.errors import TesseraError, TesseraNotFoundError, TesseraValueError
 
 DEFAULT_TAG = "default"
 
@@ -48,24 +50,21 @@ def region(tag, enable_cpu_backup=False):
     """Allocations made by this thread inside the block carry `tag`; with enable_cpu_backup every pause backs
     them up (each tensor keeps the choice of the region it was allocated in)."""
     name = _tag_bytes(tag, "region")
-    lib = library()
-    if lib.tessera_push_tag_with_backup(name, 1 if enable_cpu_backup else 0) != 0:
-        raise TesseraValueError(f"tessera.region: {last_error() or 'tessera_push_tag_with_backup failed'}")
+    try:
+        _lib.call("tessera_push_tag_with_backup", name, 1 if enable_cpu_backup else 0, failure=-1)
+    except TesseraError as error:  # the C ABI's refusal of the name: a TesseraValueError
+        raise type(error)(f"tessera.region: {error}", error.code) from None
     try:
         yield
     finally:
-        lib.tessera_pop_tag()
+        # Closes the tag this region opened; it cannot fail, as it was opened on this thread above.
+        _lib.call("tessera_pop_tag")
 
 
 def _allocator_tags(device, function):
-    """The tags the device's allocator has memory under, but the default: read from one statistics snapshot, so
-    that regions other threads open meanwhile change nothing here."""
-    from tessera import _device_index, memory_stats
-
-    stats = memory_stats(_device_index(device, function))
-    return [key[len("tessera.tag."):-len(".paused")] for key in stats
-            if key.startswith("tessera.tag.") and key.endswith(".paused") and
-            key != f"tessera.tag.{DEFAULT_TAG}.paused"]
+    """The tags the device's allocator has memory under, but the default: one list from the C ABI, so that
+    regions other threads open meanwhile change nothing here."""
+    return [tag for tag in tags(device_index(device, function)) if tag != DEFAULT_TAG]
 
 
 def _named(tags, function):
@@ -78,36 +77,35 @@ def _check_known(named, device, function):
     known = _allocator_tags(device, function)
     unknown = [tag for tag, _ in named if tag not in known]
     if unknown:
-        raise TesseraValueError(f"tessera.{function}: no memory was allocated under tag(s) "
+        raise TesseraNotFoundError(f"tessera.{function}: no memory was allocated under tag(s) "
                                 f"{', '.join(repr(t) for t in unknown)} on device {device} (tags there: "
                                 f"{', '.join(repr(t) for t in known) or 'none'}); nothing was changed")
 
 
 def _apply(function, named, device, backed_up=()):
-    """Pauses or resumes every tag named: each is tried, and the first failure is raised once all were, with the
-    tags it left as they were."""
-    from tessera import _device_index
-
-    index = _device_index(device, function)
-    lib = library()
+    """Pauses or resumes every tag named: each is tried, and the first failure is raised once all were, of its
+    kind (a TesseraOutOfMemoryError for a resume without room), naming the tags it left as they were."""
+    index = device_index(device, function)
     failures = []
     for tag, name in named:
-        if function in ("pause", "sleep"):
-            status = lib.tessera_pause(index, name, 1 if tag in backed_up else 0)
-        else:
-            status = lib.tessera_resume(index, name)
-        if status != 0:
-            failures.append((tag, last_error() or f"tessera_{function} failed"))
+        try:
+            if function in ("pause", "sleep"):
+                _lib.call("tessera_pause", index, name, 1 if tag in backed_up else 0, failure=-1)
+            else:
+                _lib.call("tessera_resume", index, name, failure=-1)
+        except TesseraError as error:
+            failures.append((tag, error))
     if failures:
         left = ", ".join(repr(tag) for tag, _ in failures)
         state = "paused" if function in ("resume", "wake_up") else "not paused"
-        raise TesseraError(f"tessera.{function}: {failures[0][1]} (tag(s) left {state}: {left})")
+        first = failures[0][1]
+        raise type(first)(f"tessera.{function}: {first} (tag(s) left {state}: {left})", first.code) from first
 
 
 def pause(tag=None, device=0):
     """Pauses `tag` (None: every tag the device has memory under, but "default"); the tensors allocated with
-    enable_cpu_backup are backed up. Raises TesseraError naming the tag when it is unknown or the pause fails
-    (nothing is lost)."""
+    enable_cpu_backup are backed up. Raises TesseraNotFoundError naming the tag when it is unknown, and the
+    TesseraError of its kind when the pause fails (nothing is lost)."""
     if tag is None:
         named = _named(_allocator_tags(device, "pause"), "pause")
     else:
@@ -117,8 +115,8 @@ def pause(tag=None, device=0):
 
 def resume(tag=None, device=0):
     """Resumes `tag` (None: every tag the device has memory under, but "default") at the addresses it had. Out
-    of memory raises TesseraError saying what was needed; the tag stays paused with its backups, and resume works
-    once memory is free. Every tag named is tried before a failure is raised."""
+    of memory raises TesseraOutOfMemoryError saying what was needed; the tag stays paused with its backups, and
+    resume works once memory is free. Every tag named is tried before a failure is raised."""
     if tag is None:
         named = _named(_allocator_tags(device, "resume"), "resume")
     else:

@@ -16,7 +16,7 @@ import ctypes
 import sys
 import threading
 
-from tessera._lib import fail, library
+from tessera._lib import call
 
 MAX_FRAMES = 64  # the innermost ones: deep enough for a model's forward, cheap enough for every allocation
 
@@ -73,20 +73,12 @@ _capture_function = _CAPTURE(_capture)
 _ready_function = ctypes.cast(ctypes.pythonapi.PyGILState_GetThisThreadState, ctypes.c_void_p)
 
 
-def _declare(lib):
-    function = lib.tessera_set_history_stacks
-    function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    return function
-
-
 def install():
     """Each allocation the history records from now on carries the Python frames of the thread that made it."""
     global _installed, _exit_hook
     with _lock:
-        set_stacks = _declare(library())
-        if set_stacks(ctypes.cast(_capture_function, ctypes.c_void_p), _ready_function) != 0:
-            fail("tessera_set_history_stacks")
+        call("tessera_set_history_stacks", ctypes.cast(_capture_function, ctypes.c_void_p), _ready_function,
+             failure=-1)
         _installed = True
         if not _exit_hook:
             atexit.register(remove)
@@ -99,8 +91,7 @@ def remove():
     with _lock:
         if not _installed:
             return
-        if _declare(library())(None, None) != 0:
-            fail("tessera_set_history_stacks")
+        call("tessera_set_history_stacks", None, None, failure=-1)
         _installed = False
 
 

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import torch
 
-from tessera import _lib, pytorch_conf, torch_views
-from tessera._lib import TesseraError
+from tessera import _lib, errors, pytorch_conf, torch_views
+from tessera.errors import TesseraError
+
+errors.adopt_torch_out_of_memory()  # torch is imported now: tessera's out-of-memory error is torch's kind too
 
 __all__ = ["enable", "enabled"]
 
@@ -90,9 +92,10 @@ def _enable_again(kind, conf, driver):
         _check_cpu_driver(driver)
     if conf is None and driver is None:
         return
-    lib = _lib.library()
-    if lib.tessera_configure(_lib.encode(driver), _lib.encode(conf)) != 0:
-        raise TesseraError(f"tessera.torch.enable({kind!r}): {_lib.last_error()}")
+    try:
+        _lib.call("tessera_configure", _lib.encode(driver), _lib.encode(conf), failure=-1)
+    except TesseraError as error:
+        raise type(error)(f"tessera.torch.enable({kind!r}): {error}", error.code) from None
 
 
 def _check_cpu_driver(driver):
@@ -101,10 +104,8 @@ def _check_cpu_driver(driver):
 
 
 def _configure(driver, conf):
-    lib = _lib.library()
-    if lib.tessera_configure(_lib.encode(driver), _lib.encode(conf)) != 0:
-        _lib.fail("tessera_configure")
-    return lib
+    _lib.call("tessera_configure", _lib.encode(driver), _lib.encode(conf), failure=-1)
+    return _lib.library()
 
 
 def _allocator_handle(allocator):

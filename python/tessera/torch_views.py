@@ -23,8 +23,8 @@ import sys
 import tempfile
 import threading
 
-import tessera
-from tessera._lib import TesseraError, TesseraValueError
+from tessera import api
+from tessera.errors import TesseraError, TesseraValueError
 
 __all__ = ["PATCHED", "patch", "patched", "unpatch"]
 
@@ -41,7 +41,7 @@ _originals = []       # (module, name, the object it had) for every attribute re
 # the patched type through PyTorch), an index, "cuda:N", "npu:N", "cpu" or a torch.device.
 
 def _stat(device, key, function):
-    return tessera.memory_stats(tessera._device_index(device, function)).get(key, 0)
+    return api.memory_stats(api.device_index(device, function)).get(key, 0)
 
 
 def memory_allocated(device=None):
@@ -72,12 +72,12 @@ def _snapshot(device=None):
     """The snapshot _dump_snapshot() writes, as a dict ("segments", "device_traces", and whatever else Tessera's
     writer puts in): the file tessera.dump_snapshot() writes, read back with Python's pickle. With no allocator on
     the device yet, no segment and no event."""
-    index = tessera._device_index(device, "_snapshot")
-    if not tessera.has_allocator(index):
+    index = api.device_index(device, "_snapshot")
+    if not api.has_allocator(index):
         return _empty_snapshot(index)
     with tempfile.TemporaryDirectory(prefix="tessera-snapshot-") as folder:
         path = os.path.join(folder, "snapshot.pickle")
-        tessera.dump_snapshot(path, index)
+        api.dump_snapshot(path, index)
         with open(path, "rb") as file:
             return pickle.load(file)  # Tessera's own file, just written
 
@@ -85,9 +85,9 @@ def _snapshot(device=None):
 def _dump_snapshot(filename="dump_snapshot.pickle", device=None):
     """Writes the snapshot of the device (None: device 0) to `filename`, as torch.cuda.memory._dump_snapshot:
     a pickle that pytorch.org/memory_viz opens (gzip-compressed when the name ends in .gz)."""
-    index = tessera._device_index(device, "_dump_snapshot")
-    if tessera.has_allocator(index):
-        tessera.dump_snapshot(filename, index)
+    index = api.device_index(device, "_dump_snapshot")
+    if api.has_allocator(index):
+        api.dump_snapshot(filename, index)
         return
     with open(filename, "wb") as file:
         pickle.dump(_empty_snapshot(index), file, protocol=4)
@@ -126,7 +126,7 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     # not ("cpp" alone records none).
     if arguments["enabled"] and context not in (None, "state") and stacks in ("all", "python"):
         arguments["stacks"] = "python"
-    tessera.record_memory_history(**arguments)
+    api.record_memory_history(**arguments)
 
 
 # ---- Patching.
@@ -181,16 +181,16 @@ def _replacements(kind):
         return _current_device(kind) if device is None else device
 
     def memory_stats(device=None):
-        stats = tessera.memory_stats(resolve(device))
+        stats = api.memory_stats(resolve(device))
         numbers = ((key, value) for key, value in stats.items()
                    if isinstance(value, (int, float)) and not isinstance(value, bool))
         return collections.OrderedDict(sorted(numbers))
 
     def reset_peak_memory_stats(device=None):
-        tessera.reset_peak_memory_stats(resolve(device))
+        api.reset_peak_memory_stats(resolve(device))
 
     def memory_summary(device=None, abbreviated=False):
-        return tessera.memory_summary(resolve(device), abbreviated)
+        return api.memory_summary(resolve(device), abbreviated)
 
     def record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
                               **legacy):

@@ -20,7 +20,7 @@ int tessera_configure(const char* driver, const char* alloc_conf) {
   return guarded("tessera_configure", -1, [&] {
     auto configured = configure(driver, alloc_conf);
     if (configured) return 0;
-    set_last_error(configured.error().message);
+    set_last_error(configured.error().code, configured.error().message);
     return -1;
   });
 }
@@ -36,13 +36,17 @@ const char* tessera_driver_name(void) {
 int tessera_has_allocator(int device) {
   return guarded("tessera_has_allocator", -1, [&] {
     if (device < 0 || device >= max_devices) {
-      set_last_error(fmt::format("tessera_has_allocator: {}", device_out_of_range(device).message));
+      set_last_error(tessera::Errc::invalid_argument,
+                     fmt::format("tessera_has_allocator: {}", device_out_of_range(device).message));
       return -1;
     }
     return existing_device(device) != nullptr ? 1 : 0;
   });
 }
 
-const char* tessera_version(void) { return TESSERA_VERSION_STRING; }
+const char* tessera_version(void) {
+  begin_call();  // it cannot fail, but it is a call: the code says so
+  return TESSERA_VERSION_STRING;
+}
 
 }  // extern "C"

@@ -1,6 +1,7 @@
 // The allocation entry points and hooks that PyTorch's CUDAPluggableAllocator and torch_npu's
-// NPUPluggableAllocator load (tessera_c.h). Every one is an exception barrier: failures become a null
-// result and a message for tessera_last_error().
+// NPUPluggableAllocator load (tessera_c.h). Every one is an exception barrier and records on the calling
+// thread whether it failed (last_error.hpp): failures become a null result where there is one, a code and a
+// message.
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -18,38 +19,34 @@ namespace {
 
 StreamId to_stream(void* stream) { return StreamId{reinterpret_cast<std::uintptr_t>(stream)}; }
 
-// The category of the last allocation failure, for the throwing entry points.
-thread_local bool last_failure_was_out_of_memory = false;
-
 void* allocate(std::string_view function, Platform platform, std::size_t size, int device, void* stream) {
-  if (size == 0) return nullptr;  // as PyTorch's own allocators answer a 0-byte request
-  bool out_of_memory = false;
-  void* block = guarded(function, static_cast<void*>(nullptr), [&]() -> void* {
+  return guarded(function, static_cast<void*>(nullptr), [&]() -> void* {
+    if (size == 0) return nullptr;  // as PyTorch's own allocators answer a 0-byte request: no failure
     auto found = device_for(device, platform);
     if (!found) {
-      set_last_error(fmt::format("{}({} bytes, device {}): {}", function, size, device, found.error().message));
+      set_last_error(found.error().code,
+                     fmt::format("{}({} bytes, device {}): {}", function, size, device, found.error().message));
       return nullptr;
     }
     auto address = (*found)->allocator->allocate(size, to_stream(stream));
     if (!address) {
-      out_of_memory = address.error().code == Errc::out_of_memory;
-      set_last_error(fmt::format("{}({} bytes, device {}): {}", function, size, device, describe(address.error())));
+      set_last_error(address.error().code,
+                     fmt::format("{}({} bytes, device {}): {}", function, size, device, describe(address.error())));
       return nullptr;
     }
     return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
   });
-  // Thread-local state is written only on a failure: a success touches none (the fast path's cost).
-  if (block == nullptr) last_failure_was_out_of_memory = out_of_memory;
-  return block;
 }
 
 // For PyTorch: a failure is an exception that its C++ code carries up to Python as a RuntimeError.
 void* allocate_or_throw(std::string_view function, std::string_view oom_prefix, Platform platform, std::size_t size,
                         int device, void* stream) {
   void* block = allocate(function, platform, size, device, stream);
-  if (block != nullptr || size == 0) return block;
+  if (!call_failed()) return block;
   const char* message = tessera_last_error();
-  if (last_failure_was_out_of_memory) throw std::runtime_error(fmt::format("{} {}", oom_prefix, message));
+  if (thread_error_code() == TESSERA_ERROR_OUT_OF_MEMORY) {
+    throw std::runtime_error(fmt::format("{} {}", oom_prefix, message));
+  }
   throw std::runtime_error(message);
 }
 
@@ -65,24 +62,26 @@ bool holds_live_block(const Device& device, Address address) {
 }
 
 void release(std::string_view function, void* ptr, int device) {
-  if (ptr == nullptr) return;
   guarded_void(function, [&] {
+    if (ptr == nullptr) return;
     if (device < 0 || device >= max_devices) {  // not "not a live block": no device of that number exists
-      set_last_error(fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr, device,
-                                 device_out_of_range(device).message));
+      set_last_error(Errc::invalid_argument, fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr,
+                                                         device, device_out_of_range(device).message));
       return;
     }
     const auto address = static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr));
     Device* owner = existing_device(device);
     if (owner != nullptr) {
       if (auto refused = unusable_after_fork(*owner)) {
-        set_last_error(fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr, device, refused->message));
+        set_last_error(refused->code,
+                       fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr, device, refused->message));
         return;
       }
       auto freed = owner->allocator->deallocate(address);
       if (freed) return;
       if (freed.error().code != Errc::not_found) {
-        set_last_error(fmt::format("{}({}, device {}): {}", function, ptr, device, describe(freed.error())));
+        set_last_error(freed.error().code,
+                       fmt::format("{}({}, device {}): {}", function, ptr, device, describe(freed.error())));
         return;
       }
       owner->bad_frees.fetch_add(1, std::memory_order_relaxed);
@@ -91,27 +90,32 @@ void release(std::string_view function, void* ptr, int device) {
     for (Device* other : existing_devices()) {
       if (other != owner && holds_live_block(*other, address)) elsewhere = other->index;
     }
+    // A live block named with the wrong device is a bad argument; no live block at all is not found.
     if (elsewhere) {
-      set_last_error(fmt::format("{}({}, device {}): the block was allocated on device {}, not device {}; nothing "
+      set_last_error(Errc::invalid_argument,
+                     fmt::format("{}({}, device {}): the block was allocated on device {}, not device {}; nothing "
                                  "was freed",
                                  function, ptr, device, *elsewhere, device));
     } else {
-      set_last_error(fmt::format("{}({}, device {}): not a live block of Tessera on device {} (a double free, or "
+      set_last_error(Errc::not_found,
+                     fmt::format("{}({}, device {}): not a live block of Tessera on device {} (a double free, or "
                                  "memory from another allocator); nothing was freed",
                                  function, ptr, device, device));
     }
   });
 }
 
+// Every device is tried; the first failure is the one recorded.
 void empty_all_caches(std::string_view function) {
   guarded_void(function, [&] {
     for (Device* device : existing_devices()) {
       if (auto refused = unusable_after_fork(*device)) {
-        set_last_error(fmt::format("{}: {}", function, refused->message));
+        if (!call_failed()) set_last_error(refused->code, fmt::format("{}: {}", function, refused->message));
         continue;
       }
-      if (auto emptied = device->allocator->empty_cache(); !emptied) {
-        set_last_error(fmt::format("{}: device {}: {}", function, device->index, describe(emptied.error())));
+      if (auto emptied = device->allocator->empty_cache(); !emptied && !call_failed()) {
+        set_last_error(emptied.error().code,
+                       fmt::format("{}: device {}: {}", function, device->index, describe(emptied.error())));
       }
     }
   });
@@ -121,28 +125,32 @@ void set_fraction(std::string_view function, Platform platform, double fraction,
   guarded_void(function, [&] {
     auto found = device_for(device, platform);
     if (!found) {
-      set_last_error(fmt::format("{}({}, device {}): {}", function, fraction, device, found.error().message));
+      set_last_error(found.error().code,
+                     fmt::format("{}({}, device {}): {}", function, fraction, device, found.error().message));
       return;
     }
     if (auto set = (*found)->allocator->set_memory_fraction(fraction); !set) {
-      set_last_error(fmt::format("{}({}, device {}): {}", function, fraction, device, describe(set.error())));
+      set_last_error(set.error().code,
+                     fmt::format("{}({}, device {}): {}", function, fraction, device, describe(set.error())));
     }
   });
 }
 
 void add_stream(std::string_view function, void* ptr, void* stream) {
-  if (ptr == nullptr) return;
   guarded_void(function, [&] {
+    if (ptr == nullptr) return;
     const auto address = static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr));
     for (Device* device : existing_devices()) {
       auto recorded = device->allocator->record_stream(address, to_stream(stream));
       if (recorded) return;
       if (recorded.error().code != Errc::not_found) {
-        set_last_error(fmt::format("{}({}, stream {}): {}", function, ptr, stream, describe(recorded.error())));
+        set_last_error(recorded.error().code,
+                       fmt::format("{}({}, stream {}): {}", function, ptr, stream, describe(recorded.error())));
         return;
       }
     }
-    set_last_error(fmt::format("{}({}, stream {}): not a live block of Tessera on any device", function, ptr, stream));
+    set_last_error(Errc::not_found,
+                   fmt::format("{}({}, stream {}): not a live block of Tessera on any device", function, ptr, stream));
   });
 }
 
@@ -151,7 +159,7 @@ void add_stream(std::string_view function, void* ptr, void* stream) {
 void check_settings(std::string_view function) {
   guarded_void(function, [&] {
     if (auto checked = configure(nullptr, nullptr); !checked) {
-      set_last_error(fmt::format("{}: {}", function, checked.error().message));
+      set_last_error(checked.error().code, fmt::format("{}: {}", function, checked.error().message));
     }
   });
 }

@@ -1,6 +1,7 @@
 // The exception barrier of every C entry point: nothing thrown inside the library crosses into C (or into
-// PyTorch, which calls us from C++ without expecting exceptions). A throw becomes the failure value and a
-// message for tessera_last_error().
+// PyTorch, which calls us from C++ without expecting exceptions). It also begins the call's record
+// (last_error.hpp): the thread's code is reset first, and a throw becomes the failure value, the code
+// TESSERA_ERROR_HOST_OUT_OF_MEMORY (std::bad_alloc) or TESSERA_ERROR_INTERNAL (anything else), and a message.
 #pragma once
 
 #include <exception>
@@ -13,25 +14,27 @@
 
 namespace tessera::capi {
 
+// A throw's record. The code is kept even when the message cannot be built.
+inline void record_exception(tessera_error_code code, std::string_view function, const char* what) noexcept {
+  std::string message;
+  try {
+    message.append(function).append(": ").append(what);
+  } catch (...) {
+  }
+  set_last_error(code, std::move(message));
+}
+
 template <class T, class Body>
 T guarded(std::string_view function, T on_failure, Body&& body) noexcept {
+  begin_call();
   try {
     return std::forward<Body>(body)();
   } catch (const std::bad_alloc&) {
-    try {
-      set_last_error(std::string(function) + ": out of host memory");
-    } catch (...) {
-    }
+    record_exception(TESSERA_ERROR_HOST_OUT_OF_MEMORY, function, "out of host memory");
   } catch (const std::exception& error) {
-    try {
-      set_last_error(std::string(function) + ": " + error.what());
-    } catch (...) {
-    }
+    record_exception(TESSERA_ERROR_INTERNAL, function, error.what());
   } catch (...) {
-    try {
-      set_last_error(std::string(function) + ": unknown exception");
-    } catch (...) {
-    }
+    record_exception(TESSERA_ERROR_INTERNAL, function, "unknown exception");
   }
   return on_failure;
 }

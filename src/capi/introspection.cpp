@@ -39,7 +39,7 @@ DeviceReport report_of(int index) {
 
 bool check_index(std::string_view function, int index) {
   if (index >= 0 && index < max_devices) return true;
-  set_last_error(fmt::format("{}: {}", function, device_out_of_range(index).message));
+  set_last_error(Errc::invalid_argument, fmt::format("{}: {}", function, device_out_of_range(index).message));
   return false;
 }
 
@@ -239,7 +239,7 @@ extern "C" {
 int tessera_get_memory_stats(int device, tessera_memory_stats* out) {
   return guarded("tessera_get_memory_stats", -1, [&] {
     if (out == nullptr) {
-      set_last_error("tessera_get_memory_stats: the output pointer is null");
+      set_last_error(Errc::invalid_argument, "tessera_get_memory_stats: the output pointer is null");
       return -1;
     }
     if (!check_index("tessera_get_memory_stats", device)) return -1;
@@ -284,20 +284,21 @@ int tessera_record_memory_history(size_t max_entries) {
 int tessera_dump_snapshot(const char* path, int device) {
   return guarded("tessera_dump_snapshot", -1, [&] {
     if (path == nullptr || *path == '\0') {
-      set_last_error("tessera_dump_snapshot: no path given");
+      set_last_error(Errc::invalid_argument, "tessera_dump_snapshot: no path given");
       return -1;
     }
     if (!check_index("tessera_dump_snapshot", device)) return -1;
     const Device* found = existing_device(device);
     if (found == nullptr) {
-      set_last_error(fmt::format("tessera_dump_snapshot({}): device {} has no allocator yet: nothing was allocated "
+      set_last_error(Errc::not_found,
+                     fmt::format("tessera_dump_snapshot({}): device {} has no allocator yet: nothing was allocated "
                                  "there through Tessera",
                                  path, device));
       return -1;
     }
     auto written = write_history_snapshot(found->allocator->history(), path, device);
     if (!written) {
-      set_last_error(fmt::format("tessera_dump_snapshot({}): {}", path, describe(written.error())));
+      set_last_error(written.error().code, fmt::format("tessera_dump_snapshot({}): {}", path, describe(written.error())));
       return -1;
     }
     return 0;

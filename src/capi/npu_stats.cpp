@@ -93,7 +93,8 @@ extern "C" {
 tessera_npu_device_stats tessera_npu_get_device_stats(int device) {
   return guarded("tessera_npu_get_device_stats", tessera_npu_device_stats{}, [&] {
     if (device < 0 || device >= max_devices) {
-      set_last_error(fmt::format("tessera_npu_get_device_stats: {}", device_out_of_range(device).message));
+      set_last_error(Errc::invalid_argument,
+                     fmt::format("tessera_npu_get_device_stats: {}", device_out_of_range(device).message));
       return tessera_npu_device_stats{};
     }
     const Device* found = existing_device(device);

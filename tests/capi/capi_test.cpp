@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -560,9 +561,8 @@ TEST(CApiHost, MemoryFractionAndRecordStreamHooks) {
     void* block = tessera_alloc(std::size_t{20} << 20, 0, nullptr);
     ASSERT_NE(block, nullptr) << last_error();
     tessera_record_stream(block, reinterpret_cast<void*>(7));
-    EXPECT_TRUE(contains(last_error(), "out_of_memory")) << "record_stream succeeded and left the old message";
+    EXPECT_STREQ(tessera_last_error(), "") << "record_stream succeeded: the refused allocation's message is gone";
     tessera_free(block, 0, 0, nullptr);
-    tessera_clear_error();
     tessera_record_stream(block, reinterpret_cast<void*>(7));
     EXPECT_TRUE(contains(last_error(), "not a live block")) << last_error();
     tessera_set_memory_fraction(1.5, 0);
@@ -1029,7 +1029,8 @@ TEST(CApiPause, TaggedMemoryIsPausedWithBackupAndResumedAtTheSameAddresses) {
     tessera_pop_tag();
     void* weights = tessera_alloc(5 << 20, 0, nullptr);
     tessera_pop_tag();
-    tessera_pop_tag();  // none open: nothing happens
+    tessera_pop_tag();  // none open: nothing happens, and the code says so
+    EXPECT_EQ(tessera_last_error_code(), TESSERA_ERROR_NOT_FOUND);
     void* other = tessera_alloc(1 << 20, 0, nullptr);
     ASSERT_TRUE(kv && weights && other) << last_error();
     for (std::size_t i = 0; i < (5u << 20); ++i) static_cast<unsigned char*>(weights)[i] = static_cast<unsigned char>(i * 7);
@@ -1049,8 +1050,8 @@ TEST(CApiPause, TaggedMemoryIsPausedWithBackupAndResumedAtTheSameAddresses) {
     EXPECT_LE(stats["reserved_bytes.all.current"], reserved - (8u << 20));
     tessera_push_tag("weights");
     EXPECT_EQ(tessera_alloc(1000, 0, nullptr), nullptr);
-    tessera_pop_tag();
     EXPECT_TRUE(contains(last_error(), "'weights'")) << last_error();
+    tessera_pop_tag();
 
     ASSERT_EQ(tessera_resume(0, nullptr), 0) << last_error();  // every tag
     stats = stats_json(0);
@@ -1148,6 +1149,261 @@ TEST(CApiPause, ABadTagIsRefusedWhereItEntersAndTheStatisticsStayReadable) {
     EXPECT_TRUE(contains(last_error(), "not valid UTF-8")) << last_error();
     EXPECT_NE(tessera_memory_stats_json(0), nullptr) << last_error();
     tessera_free(block, 0, 0, nullptr);
+  });
+}
+
+// ---- errors: a code of a stable enumeration, for the last call on this thread only (tessera_c.h, "Errors")
+
+// The values are ABI: a program compiled against an older header reads the same numbers.
+static_assert(TESSERA_OK == 0 && TESSERA_ERROR_OUT_OF_MEMORY == 1 && TESSERA_ERROR_INVALID_ARGUMENT == 2 &&
+              TESSERA_ERROR_NOT_FOUND == 3 && TESSERA_ERROR_NOT_MAPPED == 4 && TESSERA_ERROR_ALREADY_MAPPED == 5 &&
+              TESSERA_ERROR_STILL_MAPPED == 6 && TESSERA_ERROR_MAP_LIMIT == 7 && TESSERA_ERROR_UNAVAILABLE == 8 &&
+              TESSERA_ERROR_UNSUPPORTED == 9 && TESSERA_ERROR_PLATFORM == 10 &&
+              TESSERA_ERROR_HOST_OUT_OF_MEMORY == 11 && TESSERA_ERROR_INTERNAL == 12);
+
+int code() { return tessera_last_error_code(); }
+
+// The state after a call: its code, and a message exactly when it failed.
+void expect_outcome(const char* call, int expected) {
+  EXPECT_EQ(code(), expected) << call << ": " << last_error();
+  if (expected == TESSERA_OK) {
+    EXPECT_STREQ(tessera_last_error(), "") << call << " succeeded: no message is left from an earlier call";
+  } else {
+    EXPECT_STRNE(tessera_last_error(), "") << call << " failed without a message";
+  }
+}
+
+// Every void function: the code after a failing call, then after a succeeding one (which clears the message).
+TEST(CApiErrors, EveryVoidCallSaysWhetherItFailed) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "64MiB"}}, [] {
+    void* block = tessera_alloc(4096, 0, nullptr);
+    void* other = tessera_alloc(4096, 1, nullptr);
+    ASSERT_TRUE(block && other) << last_error();
+    int local = 0;
+    for (auto* release : {&tessera_free, &tessera_npu_free}) {
+      release(&local, 4, 0, nullptr);
+      expect_outcome("free of a pointer that is no block", TESSERA_ERROR_NOT_FOUND);
+      release(other, 4096, 0, nullptr);
+      expect_outcome("free on the wrong device", TESSERA_ERROR_INVALID_ARGUMENT);
+      release(block, 4096, 64, nullptr);
+      expect_outcome("free on a device out of range", TESSERA_ERROR_INVALID_ARGUMENT);
+      release(nullptr, 0, 0, nullptr);
+      expect_outcome("free of NULL", TESSERA_OK);
+    }
+    for (auto* set_fraction : {&tessera_set_memory_fraction, &tessera_npu_set_memory_fraction}) {
+      set_fraction(1.5, 0);
+      expect_outcome("memory fraction 1.5", TESSERA_ERROR_INVALID_ARGUMENT);
+      set_fraction(0.5, 64);
+      expect_outcome("memory fraction of a device out of range", TESSERA_ERROR_INVALID_ARGUMENT);
+      set_fraction(1.0, 0);
+      expect_outcome("memory fraction 1", TESSERA_OK);
+    }
+    for (auto* record_stream : {&tessera_record_stream, &tessera_npu_record_stream}) {
+      record_stream(&local, reinterpret_cast<void*>(7));
+      expect_outcome("record_stream of a pointer that is no block", TESSERA_ERROR_NOT_FOUND);
+      record_stream(block, reinterpret_cast<void*>(7));
+      expect_outcome("record_stream of a live block", TESSERA_OK);
+      record_stream(nullptr, reinterpret_cast<void*>(7));
+      expect_outcome("record_stream of NULL", TESSERA_OK);
+    }
+    tessera_pop_tag();
+    expect_outcome("pop_tag with no tag open", TESSERA_ERROR_NOT_FOUND);
+    ASSERT_EQ(tessera_push_tag("t"), 0) << last_error();
+    tessera_pop_tag();
+    expect_outcome("pop_tag of an open tag", TESSERA_OK);
+    tessera_npu_reset_peak_stats(64);
+    expect_outcome("npu_reset_peak_stats of a device out of range", TESSERA_ERROR_INVALID_ARGUMENT);
+    tessera_npu_reset_peak_stats(0);
+    expect_outcome("npu_reset_peak_stats", TESSERA_OK);
+    tessera_free(block, 4096, 0, nullptr);
+    tessera_free(other, 4096, 1, nullptr);
+    tessera_empty_cache();
+    expect_outcome("empty_cache", TESSERA_OK);
+    tessera_npu_empty_cache(true);
+    expect_outcome("npu_empty_cache", TESSERA_OK);
+    tessera_init(1);
+    expect_outcome("init", TESSERA_OK);
+    tessera_npu_init(1);
+    expect_outcome("npu_init", TESSERA_OK);
+    tessera_free(block, 4096, 0, nullptr);
+    expect_outcome("a double free", TESSERA_ERROR_NOT_FOUND);
+    tessera_clear_error();
+    expect_outcome("clear_error", TESSERA_OK);
+  });
+}
+
+TEST(CApiErrors, InitFailsWithTheCodeOfABadConfiguration) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_ALLOC_CONF", "no_such_key:1"}}, [] {
+    for (auto* init : {&tessera_init, &tessera_npu_init}) {
+      init(1);
+      expect_outcome("init with a bad TESSERA_ALLOC_CONF", TESSERA_ERROR_INVALID_ARGUMENT);
+      EXPECT_TRUE(contains(last_error(), "no_such_key")) << last_error();
+      EXPECT_EQ(tessera_version()[0] != '\0', true);
+      expect_outcome("version", TESSERA_OK);
+    }
+  });
+}
+
+// empty_cache fails where a device cannot be used: in a child of fork() of a CUDA process.
+#ifdef TESSERA_FAKE_CUDA_LIBRARY
+TEST(CApiErrors, EmptyCacheInAForkedChildOfACudaProcessFailsAsUnavailable) {
+  in_fresh_process({{"TESSERA_CUDA_LIBRARY", TESSERA_FAKE_CUDA_LIBRARY}}, [] {
+    tessera_free(tessera_alloc(4096, 0, nullptr), 4096, 0, nullptr);
+    ASSERT_EQ(tessera_has_allocator(0), 1) << last_error();
+    const auto end = tessera::test_support::run_in_child([] {
+      tessera_empty_cache();
+      if (code() != TESSERA_ERROR_UNAVAILABLE) return 10;
+      if (!contains(last_error(), "tessera_empty_cache: device 0 (cuda driver)")) return 11;
+      return 0;
+    });
+    EXPECT_EQ(end.exit_code, 0) << describe(end);
+    tessera_empty_cache();
+    expect_outcome("empty_cache in the process that opened the device", TESSERA_OK);
+  });
+}
+#endif
+
+// Each C++ category reaches the caller as its code, through the functions that return a failure value too.
+TEST(CApiErrors, FailuresKeepTheirKind) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "16MiB"}}, [] {
+    EXPECT_EQ(tessera_alloc(std::size_t{32} << 20, 0, nullptr), nullptr);
+    expect_outcome("alloc beyond the capacity", TESSERA_ERROR_OUT_OF_MEMORY);
+    EXPECT_EQ(tessera_alloc(std::numeric_limits<std::size_t>::max(), 0, nullptr), nullptr);
+    expect_outcome("alloc of 2^64 - 1 bytes", TESSERA_ERROR_OUT_OF_MEMORY);
+    EXPECT_EQ(tessera_alloc(0, 0, nullptr), nullptr);
+    expect_outcome("alloc of 0 bytes", TESSERA_OK);
+    try {
+      (void)tessera_torch_alloc(std::size_t{32} << 20, 0, nullptr);
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error&) {
+      expect_outcome("torch_alloc beyond the capacity", TESSERA_ERROR_OUT_OF_MEMORY);
+    }
+    try {
+      (void)tessera_torch_alloc(100, 64, nullptr);
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error&) {
+      expect_outcome("torch_alloc on a device out of range", TESSERA_ERROR_INVALID_ARGUMENT);
+    }
+    EXPECT_EQ(tessera_configure("warp", nullptr), -1);
+    expect_outcome("configure of an unknown driver", TESSERA_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(tessera_get_memory_stats(0, nullptr), -1);
+    expect_outcome("get_memory_stats into NULL", TESSERA_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(tessera_memory_summary(64), nullptr);
+    expect_outcome("memory_summary of a device out of range", TESSERA_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(tessera_dump_snapshot("x.pickle", 5), -1);
+    expect_outcome("dump_snapshot of a device without an allocator", TESSERA_ERROR_NOT_FOUND);
+    EXPECT_EQ(tessera_push_tag("bad\x07name"), -1);
+    expect_outcome("push_tag of a control byte", TESSERA_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(tessera_pause(0, "never-used", 0), -1);
+    expect_outcome("pause of a device without an allocator", TESSERA_ERROR_NOT_FOUND);
+    void* block = tessera_alloc(4096, 0, nullptr);
+    ASSERT_NE(block, nullptr) << last_error();
+    expect_outcome("alloc", TESSERA_OK);
+    EXPECT_EQ(tessera_pause(0, "never-used", 0), -1);
+    expect_outcome("pause of an unknown tag", TESSERA_ERROR_NOT_FOUND);
+    EXPECT_EQ(tessera_resume(0, "default"), -1);
+    expect_outcome("resume of the default tag", TESSERA_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(tessera_has_allocator(0), 1);
+    expect_outcome("has_allocator", TESSERA_OK);
+    tessera_free(block, 4096, 0, nullptr);
+  });
+}
+
+// A resume that finds no memory is out of memory, and the tag stays paused.
+TEST(CApiErrors, AResumeWithoutRoomIsOutOfMemory) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "16MiB"}}, [] {
+    ASSERT_EQ(tessera_push_tag("weights"), 0) << last_error();
+    void* weights = tessera_alloc(std::size_t{10} << 20, 0, nullptr);
+    tessera_pop_tag();
+    ASSERT_NE(weights, nullptr) << last_error();
+    ASSERT_EQ(tessera_pause(0, "weights", 0), 0) << last_error();
+    void* squatter = tessera_alloc(std::size_t{10} << 20, 0, nullptr);
+    ASSERT_NE(squatter, nullptr) << last_error();
+    EXPECT_EQ(tessera_resume(0, "weights"), -1);
+    expect_outcome("resume without room", TESSERA_ERROR_OUT_OF_MEMORY);
+    tessera_free(squatter, 0, 0, nullptr);
+    EXPECT_EQ(tessera_resume(0, "weights"), 0) << last_error();
+    expect_outcome("resume with room", TESSERA_OK);
+    tessera_free(weights, 0, 0, nullptr);
+  });
+}
+
+// Reading the error changes nothing: the code and message stay until the next call of another function.
+TEST(CApiErrors, ReadingTheErrorLeavesIt) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    tessera_pop_tag();
+    const std::string message = last_error();
+    EXPECT_TRUE(contains(message, "no tag is open")) << message;
+    (void)tessera_last_error_any_thread();
+    EXPECT_EQ(code(), TESSERA_ERROR_NOT_FOUND);
+    EXPECT_EQ(code(), TESSERA_ERROR_NOT_FOUND);
+    EXPECT_EQ(last_error(), message);
+  });
+}
+
+// This thread's code and message are its own: another thread's failure neither shows here nor replaces this
+// thread's; only tessera_last_error_any_thread() tells of it.
+TEST(CApiErrors, AnotherThreadsFailureIsNotThisThreads) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}, {"TESSERA_CAPACITY", "8MiB"}}, [] {
+    EXPECT_EQ(tessera_has_allocator(0), 0);
+    std::thread([] {
+      EXPECT_EQ(tessera_alloc(std::size_t{16} << 20, 0, nullptr), nullptr);
+      EXPECT_EQ(code(), TESSERA_ERROR_OUT_OF_MEMORY);
+    }).join();
+    expect_outcome("has_allocator, before the other thread failed", TESSERA_OK);
+    tessera_pop_tag();
+    const std::string mine = last_error();
+    std::thread([] { EXPECT_EQ(tessera_alloc(std::size_t{16} << 20, 0, nullptr), nullptr); }).join();
+    EXPECT_EQ(code(), TESSERA_ERROR_NOT_FOUND) << "this thread's own failure";
+    EXPECT_EQ(last_error(), mine);
+    EXPECT_FALSE(contains(last_error(), "out_of_memory")) << last_error();
+    EXPECT_TRUE(contains(tessera_last_error_any_thread(), "out_of_memory")) << tessera_last_error_any_thread();
+  });
+}
+
+// tessera_tags_json: every tag the allocator has allocated under, with names that a key-scraping reader
+// would break ('.', '"') and non-ASCII UTF-8, each with its paused state.
+TEST(CApiErrors, TagsJsonListsTheTagsWithTheirStates) {
+  in_fresh_process({{"TESSERA_DRIVER", "host"}}, [] {
+    const char* empty = tessera_tags_json(0);
+    ASSERT_NE(empty, nullptr) << last_error();
+    EXPECT_EQ(Json::parse(empty), Json::array()) << "no allocator yet";
+    const std::vector<std::string> names{"model.weights", "say \"hi\"", "gewichte-\xc3\xa4\xe9\x87\x8d"};
+    std::vector<void*> blocks;
+    for (const std::string& name : names) {
+      ASSERT_EQ(tessera_push_tag(name.c_str()), 0) << last_error();
+      blocks.push_back(tessera_alloc(std::size_t{1} << 20, 0, nullptr));
+      tessera_pop_tag();
+      ASSERT_NE(blocks.back(), nullptr) << last_error();
+    }
+    blocks.push_back(tessera_alloc(1000, 0, nullptr));  // under "default"
+    ASSERT_EQ(tessera_push_tag("opened but never allocated under"), 0);
+    tessera_pop_tag();
+    ASSERT_EQ(tessera_pause(0, names[0].c_str(), 0), 0) << last_error();
+    const char* text = tessera_tags_json(0);
+    ASSERT_NE(text, nullptr) << last_error();
+    expect_outcome("tags_json", TESSERA_OK);
+    const Json tags = Json::parse(text);
+    ASSERT_TRUE(tags.is_array()) << text;
+    std::vector<std::string> listed;
+    for (const Json& tag : tags) {
+      listed.push_back(tag["name"]);
+      const bool paused = tag["paused"];
+      EXPECT_EQ(paused, tag["name"] == names[0]) << tag.dump();
+      if (tag["name"] == names[1]) {
+        EXPECT_EQ(tag["allocated_bytes"], std::size_t{1} << 20) << tag.dump();
+      }
+    }
+    std::vector<std::string> expected = names;
+    expected.emplace_back("default");
+    std::sort(listed.begin(), listed.end());
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(listed, expected) << text;
+    EXPECT_EQ(tessera_tags_json(64), nullptr);
+    expect_outcome("tags_json of a device out of range", TESSERA_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(last_error(), "tessera_tags_json: device 64 is out of range")) << last_error();
+    ASSERT_EQ(tessera_resume(0, names[0].c_str()), 0) << last_error();
+    for (void* block : blocks) tessera_free(block, 0, 0, nullptr);
   });
 }
 

@@ -65,7 +65,7 @@ class RegionsTest(unittest.TestCase):
         fill(other, 6 * MiB, 99)
         with tessera.region("py_cache"):
             self.assertFalse(_lib.library().tessera_alloc(1000, 0, None), "the tag is paused")
-        self.assertIn("'py_cache'", tessera.last_error())
+            self.assertIn("'py_cache'", tessera.last_error())  # the message of this thread's last call
         free(other)
         tessera.resume()
         for seed, (pointer, size) in enumerate(weights):
@@ -152,12 +152,12 @@ class RegionsTest(unittest.TestCase):
     def test_sleep_refuses_an_offload_tag_without_memory_before_pausing_anything(self):
         with tessera.region("sleep_weights"):
             weights = allocate(1 * MiB)
-        with self.assertRaises(tessera.TesseraValueError) as raised:
+        with self.assertRaises(tessera.TesseraNotFoundError) as raised:
             tessera.sleep(offload_tags=("sleep_weigths",))  # a typo
         self.assertIn("'sleep_weigths'", str(raised.exception))
         self.assertIn("'sleep_weights'", str(raised.exception), "lists the tags there")
         self.assertEqual(tag_stat("sleep_weights", "paused"), 0, "nothing paused")
-        with self.assertRaises(tessera.TesseraValueError):
+        with self.assertRaises(tessera.TesseraNotFoundError):
             tessera.wake_up(tags=("sleep_weigths",))
         free(weights)
 

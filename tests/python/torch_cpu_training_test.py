@@ -94,6 +94,7 @@ try:
     torch.empty(100 << 20, dtype=torch.uint8)
     print("no error")
 except RuntimeError as error:
+    print("torch's out-of-memory kind:", isinstance(error, torch.cuda.OutOfMemoryError))
     print(type(error).__name__, "|", error)
 print("after:", float(torch.ones(1000).sum()), tessera.memory_stats("cpu")["num_ooms"])
 """
@@ -146,6 +147,7 @@ class TorchCpuErrors(unittest.TestCase):
         self.assertEqual(completed.returncode, 0, completed.stderr)
         self.assertIn("OutOfMemoryError | Tessera CPU allocator: tessera_alloc(104857600 bytes, device 0): "
                       "out_of_memory", completed.stdout)
+        self.assertIn("torch's out-of-memory kind: True", completed.stdout, "what PyTorch's handlers catch")
         self.assertIn("after: 1000.0 1", completed.stdout, "the allocator is usable after the failure")
 
     def test_enable_explains_what_is_missing(self):
