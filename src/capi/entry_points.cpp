@@ -19,16 +19,21 @@ namespace {
 
 StreamId to_stream(void* stream) { return StreamId{reinterpret_cast<std::uintptr_t>(stream)}; }
 
-void* allocate(std::string_view function, Platform platform, std::size_t size, int device, void* stream) {
+[[gnu::always_inline]] inline void* allocate(std::string_view function, Platform platform, std::size_t size, int device,
+                                             void* stream) {
   return guarded(function, static_cast<void*>(nullptr), [&]() -> void* {
     if (size == 0) return nullptr;  // as PyTorch's own allocators answer a 0-byte request: no failure
-    auto found = device_for(device, platform);
-    if (!found) {
-      set_last_error(found.error().code,
-                     fmt::format("{}({} bytes, device {}): {}", function, size, device, found.error().message));
-      return nullptr;
+    Device* usable = usable_device(device);
+    if (usable == nullptr) [[unlikely]] {  // not created yet, out of range, or a fork's child
+      auto found = device_for(device, platform);
+      if (!found) {
+        set_last_error(found.error().code,
+                       fmt::format("{}({} bytes, device {}): {}", function, size, device, found.error().message));
+        return nullptr;
+      }
+      usable = *found;
     }
-    auto address = (*found)->allocator->allocate(size, to_stream(stream));
+    auto address = usable->allocator->allocate(size, to_stream(stream));
     if (!address) {
       set_last_error(address.error().code,
                      fmt::format("{}({} bytes, device {}): {}", function, size, device, describe(address.error())));
@@ -39,15 +44,20 @@ void* allocate(std::string_view function, Platform platform, std::size_t size, i
 }
 
 // For PyTorch: a failure is an exception that its C++ code carries up to Python as a RuntimeError.
-void* allocate_or_throw(std::string_view function, std::string_view oom_prefix, Platform platform, std::size_t size,
-                        int device, void* stream) {
-  void* block = allocate(function, platform, size, device, stream);
-  if (!call_failed()) return block;
+// The throw is out of line, so that the path PyTorch takes is tessera_alloc's and one test more.
+[[noreturn, gnu::noinline]] void throw_last_error(std::string_view oom_prefix) {
   const char* message = tessera_last_error();
   if (thread_error_code() == TESSERA_ERROR_OUT_OF_MEMORY) {
     throw std::runtime_error(fmt::format("{} {}", oom_prefix, message));
   }
   throw std::runtime_error(message);
+}
+
+void* allocate_or_throw(std::string_view function, std::string_view oom_prefix, Platform platform, std::size_t size,
+                        int device, void* stream) {
+  void* block = allocate(function, platform, size, device, stream);
+  if (!call_failed()) [[likely]] return block;
+  throw_last_error(oom_prefix);
 }
 
 // Whether `address` is a live block of `device`'s allocator (the slow path of a refused free).
@@ -64,21 +74,26 @@ bool holds_live_block(const Device& device, Address address) {
 void release(std::string_view function, void* ptr, int device) {
   guarded_void(function, [&] {
     if (ptr == nullptr) return;
-    if (device < 0 || device >= max_devices) {  // not "not a live block": no device of that number exists
-      set_last_error(Errc::invalid_argument, fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr,
-                                                         device, device_out_of_range(device).message));
-      return;
-    }
     const auto address = static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr));
-    Device* owner = existing_device(device);
-    if (owner != nullptr) {
-      if (auto refused = unusable_after_fork(*owner)) {
-        set_last_error(refused->code,
-                       fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr, device, refused->message));
+    Device* owner = usable_device(device);
+    if (owner == nullptr) [[unlikely]] {  // out of range, no allocator there, or a fork's child
+      if (device < 0 || device >= max_devices) {  // not "not a live block": no device of that number exists
+        set_last_error(Errc::invalid_argument, fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr,
+                                                           device, device_out_of_range(device).message));
         return;
       }
+      owner = existing_device(device);
+      if (owner != nullptr) {
+        if (auto refused = unusable_after_fork(*owner)) {
+          set_last_error(refused->code, fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr, device,
+                                                    refused->message));
+          return;
+        }
+      }
+    }
+    if (owner != nullptr) {
       auto freed = owner->allocator->deallocate(address);
-      if (freed) return;
+      if (freed) [[likely]] return;
       if (freed.error().code != Errc::not_found) {
         set_last_error(freed.error().code,
                        fmt::format("{}({}, device {}): {}", function, ptr, device, describe(freed.error())));

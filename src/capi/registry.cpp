@@ -17,6 +17,16 @@
 #include "tessera/drivers.hpp"
 
 namespace tessera::capi {
+namespace device_table {
+
+std::array<std::atomic<Device*>, max_devices> devices{};
+bool forked = false;
+
+}  // namespace device_table
+
+using device_table::devices;
+using device_table::forked;
+
 namespace {
 
 struct Settings {
@@ -25,12 +35,10 @@ struct Settings {
 };
 
 std::mutex creation_mutex;                             // guards everything below but the device table's reads
-std::array<std::atomic<Device*>, max_devices> devices{};  // written under the mutex, read without it
 Settings settings;
 std::string chosen_driver;  // fixed when the first allocator is created
 std::size_t history_entries = 0;
 TesseraAllocator::StackCapture history_stacks;
-bool forked = false;  // set in a child of fork(), before it has a second thread
 
 // fork(): the registry's and the error message's locks are taken before the fork guard's (a handler
 // registered after the guard's runs its prepare first), because devices join the guard under the registry's

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -39,6 +40,18 @@ struct Device {
 Result<Device*> device_for(int index, Platform platform);
 // The device's allocator if it exists (null for an index out of range too).
 Device* existing_device(int index) noexcept;
+
+namespace device_table {
+extern std::array<std::atomic<Device*>, max_devices> devices;  // written under the registry's lock, read without it
+extern bool forked;  // set in a child of fork(), before it has a second thread
+}  // namespace device_table
+
+// The entry points' fast path: the device's allocator when it exists and this process is not a fork's child
+// (where unusable_after_fork decides); null otherwise, and the caller takes the slow path. One atomic load.
+inline Device* usable_device(int index) noexcept {
+  if (static_cast<unsigned>(index) >= static_cast<unsigned>(max_devices) || device_table::forked) return nullptr;
+  return device_table::devices[static_cast<std::size_t>(index)].load(std::memory_order_acquire);
+}
 // Every device whose allocator exists, in index order.
 std::vector<Device*> existing_devices();
 Error device_out_of_range(int index);
