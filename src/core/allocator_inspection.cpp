@@ -426,7 +426,7 @@ std::optional<std::string> TesseraAllocatorImpl::check_tags() const {
   std::size_t paused = 0;
   for (const TagBook::State& state : tags_.states()) paused += state.paused ? 1 : 0;
   if (paused != tags_.paused_count()) return fmt::format("{} tags paused but {} counted", paused, tags_.paused_count());
-  if (last_placement_ != nullptr && tags_.is_paused(last_placement_->arena().tag())) {
+  if (const Placement* cached = placements_.cached_placement(); cached != nullptr && tags_.is_paused(cached->arena().tag())) {
     return std::string("the placement the fast path reuses is a paused tag's");
   }
   std::optional<std::string> broken;

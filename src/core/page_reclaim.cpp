@@ -13,7 +13,8 @@ Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules, std::vec
   std::vector<IdlePage> idle;
   std::vector<Block*> visited;
   std::size_t found = 0;
-  for (Block& block : reclaim_list_) {
+  ReclaimList& reclaim_list = placements_.reclaim_list();
+  for (Block& block : reclaim_list) {
     if (found >= granules) break;
     const Region& region = block.arena->region_of(block);
     const SlotRange inner = region.within_table(block.arena->inner_slots(block));
@@ -33,7 +34,7 @@ Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules, std::vec
   // merged again, so that the list stays short.
   auto drop_exhausted = [&] {
     for (Block* block : visited) {
-      if (!block->arena->holds_whole_page(*block)) reclaim_list_.erase(reclaim_list_.iterator_to(*block));
+      if (!block->arena->holds_whole_page(*block)) reclaim_list.erase(reclaim_list.iterator_to(*block));
     }
   };
   if (idle.empty()) {

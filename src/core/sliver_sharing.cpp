@@ -160,7 +160,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   block.requested = requested;
   // The tail is lent first: when both slivers are the two ends of one free block, the head's block stays.
   auto lend = [&](const Sliver& sliver, Bytes used) {
-    return placement_of(*sliver.arena).lend(sliver.free_block, sliver.at, used);
+    return placements_.lend(*sliver.arena, sliver.free_block, sliver.at, used);
   };
   Block* tail_lent = plan.tail != nullptr ? lend(*plan.tail, plan.tail_used) : nullptr;
   Block* head_lent = plan.head != nullptr ? lend(*plan.head, plan.head_used) : nullptr;
@@ -218,7 +218,7 @@ bool TesseraAllocatorImpl::take_apart(Block* block) {
   if (!mapper_.unmap_shared(*shared).ok()) return false;
   // Nothing maps the slivers twice any more: their bytes are free again at home.
   std::erase_if(shared->mappings, [&](const SharedMapping& mapping) {
-    if (mapping.is_sliver()) placement_of(*mapping.home).give_back(mapping.lent, ++clock_);
+    if (mapping.is_sliver()) placements_.give_back(mapping.lent);
     return true;
   });
   if (shared->reserved) {

@@ -251,7 +251,7 @@ Result<void> TesseraAllocatorImpl::free_paused(Block* block) {
   live_.erase(block->address);
   if (Arena* arena = block->arena; arena != nullptr) {
     const BlockEvent event = block_event(*arena, *block);
-    placement_of(*arena).give_back(block, ++clock_);
+    placements_.give_back(block);
     notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
     return {};
   }
@@ -287,7 +287,7 @@ Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) 
     }
     tags_.set_paused(state, true);
     trim_backup_cache();
-    last_placement_ = nullptr;
+    placements_.forget_cached();
     const Bytes paused_bytes = live_bytes_of(*tag);
     Bytes backup_bytes = 0;
     tags_.visit_backups([&](const Block* block, const HostBuffer& buffer) {

@@ -47,6 +47,9 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
       budget_(mapper_),
       pending_(mapper_),
       share_slivers_(can_share_slivers()),
+      // Large arenas grow down (placement.hpp says why), except where pages run on past a block into the free
+      // space above it (page_max above the granule), which needs the space above free.
+      placements_(granule_, page_max_granules_ == 1),
       tags_(mapper_, config.backup_cache) {
   observers_.set_pool_probe(*this);
 }
@@ -179,7 +182,7 @@ Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
     if (!tags_.any_paused() && arena != nullptr && pending_.users_of(block) == nullptr) [[likely]] {
       const BlockEvent event = block_event(*arena, *block);
       live_.erase_slot(slot);
-      placement_of(*arena).give_back(block, ++clock_);
+      placements_.give_back(block);
       notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
       return {};
     }
@@ -203,7 +206,7 @@ Result<void> TesseraAllocatorImpl::deallocate_slow(Address address) {
   const std::vector<StreamId>* users = pending_.users_of(block);
   if (users == nullptr) {
     live_.erase_slot(slot);
-    placement_of(*arena).give_back(block, ++clock_);
+    placements_.give_back(block);
     notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
     return {};
   }
@@ -259,24 +262,9 @@ void TesseraAllocatorImpl::add_observer(AllocatorObserver& observer) {
   observers_.add(observer);
 }
 
-Placement* TesseraAllocatorImpl::find_or_add_placement(ArenaKey key) {
-  const auto raw_stream = key.first;
-  const auto pool = static_cast<MemoryPool>(key.second & 0xff);
-  const auto tag = static_cast<TagId>(key.second >> 8);
-  if (tags_.note_used(tag).paused) return nullptr;
-  auto found = placement_by_key_.find(key);
-  if (found == placement_by_key_.end()) {
-    const auto stream = static_cast<StreamId>(raw_stream);
-    // Large arenas grow down (placement.hpp says why), except where pages run on past a block into the free
-    // space above it (page_max above the granule), which needs the space above free.
-    const bool grows_down = pool == MemoryPool::large && page_max_granules_ == 1;
-    const auto index = static_cast<std::uint32_t>(placements_.size());
-    placements_.push_back(std::make_unique<Placement>(index, stream, pool, tag, granule_, grows_down, reclaim_list_));
-    found = placement_by_key_.emplace(key, placements_.back().get()).first;
-  }
-  last_key_ = key;
-  last_placement_ = found->second;
-  return last_placement_;
+Placement* TesseraAllocatorImpl::find_or_add_placement(Placements::Key key) {
+  if (tags_.note_used(Placements::tag_of(key)).paused) return nullptr;
+  return &placements_.find_or_add(key);
 }
 
 // A product past 2^64 saturates to the largest granule multiple, which the driver then refuses to reserve.
@@ -332,7 +320,7 @@ Result<void> TesseraAllocatorImpl::process_pending(bool wait) {
   PendingFrees::Drained drained = pending_.drain(wait);
   for (PendingFrees::Entry& entry : drained.completed) {
     if (entry.arena != nullptr) {
-      placement_of(*entry.arena).give_back(entry.block, ++clock_);
+      placements_.give_back(entry.block);
     } else if (!take_apart(entry.block)) {  // a driver call failed: tried again at the next drain
       pending_.requeue(std::move(entry));
       continue;

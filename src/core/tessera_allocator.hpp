@@ -23,7 +23,7 @@
 #include "core/mapper.hpp"
 #include "core/pending_frees.hpp"
 #include "core/observers.hpp"
-#include "core/placement.hpp"
+#include "core/placements.hpp"
 #include "core/shared_blocks.hpp"
 #include "core/spin_mutex.hpp"
 #include "core/tag_book.hpp"
@@ -96,12 +96,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
     }
   };
 
-  // Every bit of the stream counts; the pool and the tag share one word, so that the fast path compares two.
-  using ArenaKey = std::pair<std::uintptr_t, std::uint64_t>;
-  static ArenaKey arena_key(StreamId stream, MemoryPool pool, TagId tag) noexcept {
-    return {static_cast<std::uintptr_t>(stream), std::uint64_t{tag} << 8 | static_cast<std::uint8_t>(pool)};
-  }
-
   struct Unbacked {
     std::size_t blocks = 0;
     Bytes bytes = 0;
@@ -123,14 +117,13 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   MemoryPool pool_for(Bytes rounded) const noexcept {
     return rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
   }
-  // Null when the tag is paused (last_placement_ is never a paused tag's).
+  // Null when the tag is paused (the cached placement is never a paused tag's).
   Placement* placement_for(StreamId stream, MemoryPool pool, TagId tag) {
-    const ArenaKey key = arena_key(stream, pool, tag);
-    if (last_placement_ != nullptr && last_key_ == key) return last_placement_;  // a loop allocates alike
+    const Placements::Key key = Placements::key(stream, pool, tag);
+    if (Placement* cached = placements_.cached(key)) return cached;
     return find_or_add_placement(key);
   }
-  Placement* find_or_add_placement(ArenaKey key);
-  Placement& placement_of(const Arena& arena) { return *placements_[arena.index()]; }
+  Placement* find_or_add_placement(Placements::Key key);
   Bytes region_span(Bytes at_least) const;
   // The granules a contiguous placement in `fit` (null: none) would still need pages for.
   std::size_t pages_to_place(Placement& placement, const Block* fit, Bytes rounded) const;
@@ -228,12 +221,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   Budget budget_;
   PendingFrees pending_;
   bool share_slivers_;  // the option, where the driver can map a granule at two addresses
-  std::uint64_t clock_ = 0;
-  ReclaimList reclaim_list_;  // before placements_: they unlink their blocks as they go
-  std::vector<std::unique_ptr<Placement>> placements_;  // by Arena::index()
-  std::map<ArenaKey, Placement*> placement_by_key_;
-  ArenaKey last_key_{};
-  Placement* last_placement_ = nullptr;
+  Placements placements_;
   support::AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
   SharedBlocks shared_;
   TagBook tags_;

@@ -1,0 +1,81 @@
+// The placements (policy, layer 3): one per arena — a (stream, size pool, tag) —, made on first use and
+// kept for the allocator's life, found by key with the one used last cached for the fast path (a loop
+// allocates alike); the reclaim list their free blocks join, oldest freed first; and the clock that dates
+// each free, which orders that list.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/placement.hpp"
+
+namespace tessera::core {
+
+class Placements {
+ public:
+  // Every bit of the stream counts; the size pool and the tag share one word, so that the cache compares two.
+  using Key = std::pair<std::uintptr_t, std::uint64_t>;
+  static Key key(StreamId stream, MemoryPool pool, TagId tag) noexcept {
+    return {static_cast<std::uintptr_t>(stream), std::uint64_t{tag} << 8 | static_cast<std::uint8_t>(pool)};
+  }
+  static MemoryPool pool_of(Key key) noexcept { return static_cast<MemoryPool>(key.second & 0xff); }
+  static TagId tag_of(Key key) noexcept { return static_cast<TagId>(key.second >> 8); }
+
+  // large_grows_down: whether large arenas grow down from the top of their regions (placement.hpp).
+  Placements(Bytes granule, bool large_grows_down) : granule_(granule), large_grows_down_(large_grows_down) {}
+  Placements(const Placements&) = delete;
+  Placements& operator=(const Placements&) = delete;
+
+  // The placement used last, when its key is `key`; null otherwise.
+  Placement* cached(Key key) const noexcept { return last_ != nullptr && last_key_ == key ? last_ : nullptr; }
+  // The placement of `key`, made the first time, and cached.
+  Placement& find_or_add(Key key);
+  // No placement is cached any more (its tag was paused: the fast path must not reach it).
+  void forget_cached() noexcept { last_ = nullptr; }
+  const Placement* cached_placement() const noexcept { return last_; }
+
+  Placement& of(const Arena& arena) noexcept { return *list_[arena.index()]; }
+  // Gives the free of `block` back to its arena's placement, dated now.
+  void give_back(Block* block) { of(*block->arena).give_back(block, ++clock_); }
+  // Lends `bytes` at `at` of the free block to a shared block (Placement::lend).
+  Block* lend(Arena& arena, Block* free_block, Address at, Bytes bytes) {
+    return of(arena).lend(free_block, at, bytes);
+  }
+
+  // The free blocks that may hold idle pages, oldest freed first (page_reclaim.cpp takes from it).
+  ReclaimList& reclaim_list() noexcept { return reclaim_list_; }
+
+  using List = std::vector<std::unique_ptr<Placement>>;  // by Arena::index()
+  List::const_iterator begin() const noexcept { return list_.begin(); }
+  List::const_iterator end() const noexcept { return list_.end(); }
+  std::size_t size() const noexcept { return list_.size(); }
+
+ private:
+  Bytes granule_;
+  bool large_grows_down_;
+  std::uint64_t clock_ = 0;
+  ReclaimList reclaim_list_;  // before list_: placements unlink their blocks as they go
+  List list_;
+  std::map<Key, Placement*> by_key_;
+  Key last_key_{};
+  Placement* last_ = nullptr;
+};
+
+inline Placement& Placements::find_or_add(Key key) {
+  auto found = by_key_.find(key);
+  if (found == by_key_.end()) {
+    const MemoryPool pool = pool_of(key);
+    const auto index = static_cast<std::uint32_t>(list_.size());
+    list_.push_back(std::make_unique<Placement>(index, static_cast<StreamId>(key.first), pool, tag_of(key), granule_,
+                                                pool == MemoryPool::large && large_grows_down_, reclaim_list_));
+    found = by_key_.emplace(key, list_.back().get()).first;
+  }
+  last_key_ = key;
+  last_ = found->second;
+  return *last_;
+}
+
+}  // namespace tessera::core
