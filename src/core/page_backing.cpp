@@ -1,4 +1,4 @@
-// Which pages back a block.
+// Which pages back a block (PageBacker, page_backer.hpp).
 //
 // A block whose slots are not all backed gets, for each run of slots without a page, cheapest first:
 //   1. pooled pages (created earlier, unmapped now), the largest that fits the hole — or, where the driver
@@ -17,17 +17,32 @@
 
 #include <algorithm>
 
-#include "core/tessera_allocator.hpp"
+#include "core/page_backer.hpp"
 
 namespace tessera::core {
 
-std::size_t TesseraAllocatorImpl::Backing::missing() const {
+PageBacker::PageBacker(Mapper& mapper, const Budget& budget, Placements& placements, Observers& observers,
+                       const AllocatorConfig& config)
+    : mapper_(mapper),
+      budget_(budget),
+      placements_(placements),
+      observers_(observers),
+      config_(config),
+      granule_(mapper.granule()),
+      page_max_granules_(static_cast<std::uint32_t>(std::clamp<Bytes>(config.page_max / granule_, 1, 1024))),
+      chunk_max_granules_(mapper.capabilities().partial_map
+                              ? static_cast<std::uint32_t>(std::clamp<Bytes>(config.chunk_max / granule_,
+                                                                             page_max_granules_, 1u << 24))
+                              : page_max_granules_) {}
+
+std::size_t PageBacker::Backing::missing() const {
   std::size_t missing = 0;
   for (const Gap& gap : gaps) missing += gap.end - gap.next;
   return missing;
 }
 
-std::size_t TesseraAllocatorImpl::fill_gaps_from_pool(Backing& backing) {
+std::size_t PageBacker::fill_gaps_from_pool() {
+  Backing& backing = backing_;
   std::size_t filled = 0;
   for (Gap& gap : backing.gaps) {
     while (gap.next < gap.end) {
@@ -45,7 +60,7 @@ std::size_t TesseraAllocatorImpl::fill_gaps_from_pool(Backing& backing) {
 // after it, when the device has room to spare (at most half of the limit held) — growth at the end of a
 // region then maps whole large pages, as expandable segments do, instead of a granule at each block's
 // edge. Near the limit pages stay within the block, so that no page is left pinned by a neighbour.
-std::size_t TesseraAllocatorImpl::growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const {
+std::size_t PageBacker::growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const {
   const Block* after = block.next;
   if (page_max_granules_ == 1 || after == nullptr || !after->is_free() || budget_.above_half()) return 0;
   const Region& region = arena.region_of(block);
@@ -55,7 +70,8 @@ std::size_t TesseraAllocatorImpl::growth_room(const Arena& arena, const Block& b
   return reach;
 }
 
-Result<void> TesseraAllocatorImpl::create_for_gaps(Backing& backing, const SlotRange& inner, std::size_t extend_to) {
+Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t extend_to) {
+  Backing& backing = backing_;
   Result<void> failure;
   // The chunk pages are cut from: [next, end) of it still unassigned.
   PageId chunk{0};
@@ -109,13 +125,13 @@ Result<void> TesseraAllocatorImpl::create_for_gaps(Backing& backing, const SlotR
   return failure;
 }
 
-void TesseraAllocatorImpl::return_to_pool(Backing& backing) {
-  for (const Assignment& assignment : backing.assignments) mapper_.pool_page(assignment.page);
-  backing.assignments.clear();
+void PageBacker::return_to_pool() {
+  for (const Assignment& assignment : backing_.assignments) mapper_.pool_page(assignment.page);
+  backing_.assignments.clear();
 }
 
-Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& block, bool take_idle_when_full,
-                                                   Backing& backing) {
+Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_when_full) {
+  Backing& backing = backing_;
   Region& region = arena.region_of(block);
   const SlotRange touched = arena.touched_slots(block);
   if (region.all_accessible(touched)) return {};  // the fast path: cached memory
@@ -123,8 +139,7 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
   // Pages left mapped without access by an earlier failure get their access now, or the block fails.
   if (auto done = mapper_.restore_access(region, touched); !done) return done;
 
-  backing.start();
-  backing.page_limit = page_limit_for(arena);
+  backing.start(page_limit_for(arena));
   for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
     if (region.is_mapped(slot)) continue;
     if (!backing.gaps.empty() && backing.gaps.back().end == slot) {
@@ -140,21 +155,21 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
     if (missing == 0) return {};
     auto taken = reclaim(missing, &backing.reclaimed);
     if (!taken) return std::move(taken).error();
-    fill_gaps_from_pool(backing);
+    fill_gaps_from_pool();
     return {};
   };
   auto fail = [&](Error error) -> Result<void> {
-    return_to_pool(backing);
+    return_to_pool();
     return error;
   };
 
-  fill_gaps_from_pool(backing);
+  fill_gaps_from_pool();
   if (config_.reclaim == Reclaim::first) {
     if (auto done = take_idle(); !done) return fail(std::move(done).error());
   }
   if (backing.missing() > 0) {
     const std::size_t extend_to = backing.gaps.back().end == touched.end() ? growth_room(arena, block, touched) : 0;
-    if (auto done = create_for_gaps(backing, inner, extend_to); !done) return fail(std::move(done).error());
+    if (auto done = create_for_gaps(inner, extend_to); !done) return fail(std::move(done).error());
   }
   if (backing.missing() > 0 && config_.reclaim == Reclaim::when_full && take_idle_when_full) {
     if (auto done = take_idle(); !done) return fail(std::move(done).error());
@@ -162,7 +177,7 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
   if (backing.missing() > 0 && !mapper_.pool().empty() && !pages_split()) {
     // What is pooled does not fit the holes and cannot be cut: trade it for granule pages.
     if (auto done = mapper_.release_pooled(0); !done) return fail(std::move(done).error());
-    if (auto done = create_for_gaps(backing, SlotRange{}, 0); !done) return fail(std::move(done).error());
+    if (auto done = create_for_gaps(SlotRange{}, 0); !done) return fail(std::move(done).error());
   }
   if (const std::size_t missing = backing.missing(); missing > 0) {
     return fail(make_error(Errc::out_of_memory, fmt::format("needs {} more granule(s) of {} bytes", missing, granule_)));
@@ -178,15 +193,48 @@ Result<void> TesseraAllocatorImpl::back_with_pages(Arena& arena, const Block& bl
   }
   const std::uint64_t moved = backing.stitched();
   assignments.clear();
-  if (moved > 0) notify([&](AllocatorObserver& observer) { observer.stitched(moved); });
+  if (moved > 0) observers_.notify([&](AllocatorObserver& observer) { observer.stitched(moved); });
   collect_garbage();
   return {};
+}
+
+Result<void> PageBacker::pages_for(std::size_t first, std::size_t count, std::uint32_t page_limit,
+                                   std::vector<Assignment>& pages) {
+  Backing& backing = backing_;
+  backing.start(page_limit);
+  if (count > 0) backing.gaps.push_back({first, first + count});
+  fill_gaps_from_pool();
+  Result<void> created;
+  if (backing.missing() > 0) created = create_for_gaps(SlotRange{first, count}, 0);
+  if (!created.ok() || backing.missing() > 0) {
+    return_to_pool();
+    if (!created.ok()) return created;
+    return make_error(Errc::out_of_memory, fmt::format("needs {} more granule(s) of {} bytes", backing.missing(), granule_));
+  }
+  std::sort(backing.assignments.begin(), backing.assignments.end(),
+            [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
+  pages.insert(pages.end(), backing.assignments.begin(), backing.assignments.end());
+  backing.assignments.clear();
+  return {};
+}
+
+Result<Page> PageBacker::page_of_at_most(std::uint32_t granules) {
+  if (std::optional<Page> pooled = mapper_.take_pooled(granules, pages_split())) return *pooled;
+  auto size = static_cast<std::uint32_t>(std::min<std::size_t>(granules, budget_.room()));
+  if (size == 0) {
+    return make_error(Errc::out_of_memory, fmt::format("no page of up to {} granule(s): none pooled and no room under "
+                                                       "the limit of {} bytes",
+                                                       granules, budget_.limit()));
+  }
+  auto chunk = mapper_.create_chunk(size);  // lowers `size` to what was created
+  if (!chunk) return std::move(chunk).error();
+  return Page{*chunk, size, 0};
 }
 
 // The pages of this block that reclaim took from other blocks during this backing. Pages are parts of
 // chunks: a page moved when it overlaps a part that reclaim took (disjoint parts, sorted, so only the
 // neighbours of its place can overlap it).
-std::uint64_t TesseraAllocatorImpl::Backing::stitched() {
+std::uint64_t PageBacker::Backing::stitched() {
   auto before = [](const Page& a, const Page& b) { return a.chunk != b.chunk ? a.chunk < b.chunk : a.offset < b.offset; };
   std::sort(reclaimed.begin(), reclaimed.end(), before);
   auto overlaps = [](const Page& a, const Page& b) {

@@ -5,11 +5,11 @@
 // hold idle pages, oldest freed first. The mapper proves the device done with them before any unmap.
 #include <algorithm>
 
-#include "core/tessera_allocator.hpp"
+#include "core/page_backer.hpp"
 
 namespace tessera::core {
 
-Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules, std::vector<Page>* taken) {
+Result<std::size_t> PageBacker::reclaim(std::size_t granules, std::vector<Page>* taken) {
   std::vector<IdlePage> idle;
   std::vector<Block*> visited;
   std::size_t found = 0;
@@ -50,7 +50,7 @@ Result<std::size_t> TesseraAllocatorImpl::reclaim(std::size_t granules, std::vec
 
 // Pooled chunks go back first; then idle pages are taken back, oldest first, until enough whole chunks
 // are idle to go back too (a chunk partly under a live block stays, its idle pages pooled for reuse).
-Result<void> TesseraAllocatorImpl::give_back_above(Bytes target) {
+Result<void> PageBacker::give_back_above(Bytes target) {
   while (mapper_.held() > target) {
     const std::size_t excess = (mapper_.held() - target + granule_ - 1) / granule_;
     const std::size_t pooled = mapper_.pool().granules();
@@ -65,7 +65,7 @@ Result<void> TesseraAllocatorImpl::give_back_above(Bytes target) {
 
 // PyTorch's garbage_collection_threshold: past it, idle pages go back to the device, oldest first. A
 // failure here does not fail the allocation that triggered it; the pages simply stay held.
-void TesseraAllocatorImpl::collect_garbage() {
+void PageBacker::collect_garbage() {
   if (config_.garbage_collection_threshold <= 0.0) return;
   const Bytes target = budget_.share(config_.garbage_collection_threshold);
   if (mapper_.held() > target) (void)give_back_above(target);

@@ -118,7 +118,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   auto room = [&] { return mapper_.pool().granules() + budget_.room(); };
   if (best && best->middle > room() && config_.reclaim != AllocatorConfig::Reclaim::never) {
     // The idle pages of the free block the contiguous placement would have used in place are idle again.
-    if (auto taken = reclaim(best->middle - room(), nullptr); !taken) return std::move(taken).error();
+    if (auto taken = backer_.reclaim(best->middle - room(), nullptr); !taken) return std::move(taken).error();
   }
   if (!best || best->middle > room()) {
     return make_error(Errc::out_of_memory, fmt::format("even over slivers it needs {} more granule(s)",
@@ -131,20 +131,16 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   const std::size_t slots = first_middle + plan.middle + (plan.tail != nullptr ? 1 : 0);
   const Bytes span = slots * granule_;
   // The pages first, then the range: a failure leaves only pooled pages behind, nothing to release.
-  Backing& backing = backing_;
-  backing.start();
-  if (plan.middle > 0) backing.gaps.push_back({first_middle, first_middle + plan.middle});
-  fill_gaps_from_pool(backing);
-  Result<void> created;
-  if (backing.missing() > 0) created = create_for_gaps(backing, SlotRange{first_middle, plan.middle}, 0);
-  if (!created.ok() || backing.missing() > 0) {
-    return_to_pool(backing);
-    if (!created.ok()) return std::move(created).error();
-    return make_error(Errc::out_of_memory, "the pages between the slivers could not be created");
+  std::vector<Assignment> middle;
+  const std::uint32_t page_limit = tag == default_tag ? backer_.page_max_granules() : backer_.chunk_max_granules();
+  if (auto made = backer_.pages_for(first_middle, plan.middle, page_limit, middle); !made) {
+    Error error = std::move(made).error();
+    if (error.code == Errc::out_of_memory) error.message = "the pages between the slivers: " + error.message;
+    return error;
   }
   auto base = mapper_.reserve(span);
   if (!base) {
-    return_to_pool(backing);
+    for (const Assignment& page : middle) mapper_.pool_page(page.page);
     return std::move(base).error();
   }
 
@@ -165,12 +161,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   Block* tail_lent = plan.tail != nullptr ? lend(*plan.tail, plan.tail_used) : nullptr;
   Block* head_lent = plan.head != nullptr ? lend(*plan.head, plan.head_used) : nullptr;
   if (head_lent != nullptr) shared->mappings.push_back({0, plan.head->granule, plan.head->arena, head_lent, false});
-  std::sort(backing.assignments.begin(), backing.assignments.end(),
-            [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
-  for (const Assignment& assignment : backing.assignments) {
-    shared->mappings.push_back({assignment.head, assignment.page, nullptr, nullptr, false});
-  }
-  backing.assignments.clear();
+  for (const Assignment& assignment : middle) shared->mappings.push_back({assignment.head, assignment.page, nullptr, nullptr, false});
   if (tail_lent != nullptr) shared->mappings.push_back({slots - 1, plan.tail->granule, plan.tail->arena, tail_lent, false});
 
   Result<void> failure = mapper_.map_shared(*shared);

@@ -167,11 +167,11 @@ Result<void> TesseraAllocatorImpl::map_tag(TagId tag, std::size_t& missing) {
   }
   // Idle pages are taken back once for all the blocks, before any new page is created for them.
   if (const std::size_t pooled = mapper_.pool().granules(); missing > pooled) {
-    if (auto taken = reclaim(missing - pooled, nullptr); !taken) return std::move(taken).error();
+    if (auto taken = backer_.reclaim(missing - pooled, nullptr); !taken) return std::move(taken).error();
   }
   Result<void> failure;
   visit_live_blocks(tag, [&](Arena& arena, Block& block) {
-    if (failure.ok()) failure = back_with_pages(arena, block, true, backing_);
+    if (failure.ok()) failure = backer_.back(arena, block, true);
   });
   if (!failure.ok()) return failure;
   for (const auto& shared : shared_) {
@@ -205,19 +205,10 @@ Result<void> TesseraAllocatorImpl::remap_shared(SharedBlock& shared) {
     std::size_t slot = mapping.slot;
     std::uint32_t needed = mapping.page.granules;
     while (needed > 0) {
-      std::optional<Page> page = mapper_.take_pooled(needed, pages_split());
+      auto page = backer_.page_of_at_most(needed);
       if (!page) {
-        auto granules = static_cast<std::uint32_t>(std::min<std::size_t>(needed, budget_.room()));
-        if (granules == 0) {
-          give_back_fresh();
-          return make_error(Errc::out_of_memory, "no page for a shared block");
-        }
-        auto chunk = mapper_.create_chunk(granules);
-        if (!chunk) {
-          give_back_fresh();
-          return std::move(chunk).error();
-        }
-        page = Page{*chunk, granules, 0};
+        give_back_fresh();
+        return std::move(page).error();
       }
       fresh.push_back({slot, *page, nullptr, nullptr, false});
       slot += page->granules;

@@ -39,18 +39,14 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
     : config_(config),
       mapper_(driver, observers_),
       granule_(mapper_.granule()),
-      page_max_granules_(static_cast<std::uint32_t>(std::clamp<Bytes>(config.page_max / granule_, 1, 1024))),
-      chunk_max_granules_(mapper_.capabilities().partial_map
-                              ? static_cast<std::uint32_t>(std::clamp<Bytes>(config.chunk_max / granule_,
-                                                                             page_max_granules_, 1u << 24))
-                              : page_max_granules_),
       budget_(mapper_),
       pending_(mapper_),
       share_slivers_(can_share_slivers()),
       // Large arenas grow down (placement.hpp says why), except where pages run on past a block into the free
       // space above it (page_max above the granule), which needs the space above free.
-      placements_(granule_, page_max_granules_ == 1),
-      tags_(mapper_, config.backup_cache) {
+      placements_(granule_, config.page_max / granule_ <= 1),
+      tags_(mapper_, config.backup_cache),
+      backer_(mapper_, budget_, placements_, observers_, config_) {
   observers_.set_pool_probe(*this);
 }
 
@@ -235,7 +231,7 @@ Result<void> TesseraAllocatorImpl::do_record_stream(Address address, StreamId st
 Result<void> TesseraAllocatorImpl::empty_cache() {
   std::lock_guard lock(mutex_);
   if (auto done = process_pending(true); !done) return done;
-  if (auto taken = reclaim(std::numeric_limits<std::size_t>::max(), nullptr); !taken) return std::move(taken).error();
+  if (auto taken = backer_.reclaim(std::numeric_limits<std::size_t>::max(), nullptr); !taken) return std::move(taken).error();
   tags_.free_kept_buffers();
   return mapper_.release_pooled(0);
 }
@@ -249,7 +245,7 @@ Result<void> TesseraAllocatorImpl::set_memory_fraction(double fraction) {
   // in PyTorch); the pages that could not go back stay cached and consistent.
   budget_.set_fraction(fraction);
   (void)process_pending(false);  // frees whose events completed can give their pages back too
-  if (auto given = give_back_above(budget_.limit()); !given) {
+  if (auto given = backer_.give_back_above(budget_.limit()); !given) {
     return make_error(given.error().code, fmt::format("tessera: memory limit lowered to {} bytes, but giving back "
                                                       "the cached pages above it failed: {}",
                                                       budget_.limit(), given.error().message));
@@ -307,7 +303,7 @@ Result<Address> TesseraAllocatorImpl::place(Placement& placement, Block* fit, By
     fit = placement.fit(rounded);
   }
   Block* block = placement.take(fit, rounded, requested);
-  if (auto backed = back_with_pages(placement.arena(), *block, take_idle, backing_); !backed) {
+  if (auto backed = backer_.back(placement.arena(), *block, take_idle); !backed) {
     placement.give_back(block, block->freed_at);
     return std::move(backed).error();
   }

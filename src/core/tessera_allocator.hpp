@@ -1,10 +1,10 @@
-// Tessera's allocator: the policy (layer 4) over placement (placement.hpp), bookkeeping (arena.hpp,
-// region.hpp, page_pool.hpp) and the mapper (mapper.hpp), the one part of the core that calls the driver.
-// The class is shared by the files that implement one concern each:
+// Tessera's allocator: the facade (layer 4) that holds the lock, the fast path and the out-of-memory ladder,
+// over components that own their state and are reached only through their interfaces (docs/architecture.md
+// has the table): the mapper (mapper.hpp, the one part of the core that calls the driver), the budget, the
+// placements, the page backer, the pending frees, the shared blocks, the tag book and the observers. The
+// facade's own steps are split by concern:
 //   tessera_allocator.cpp     the public contract and the out-of-memory ladder: allocate, free, record_stream,
 //                             empty_cache, streams and pending frees
-//   page_backing.cpp          which pages back a block: pooled, new, or taken from idle blocks
-//   page_reclaim.cpp          taking idle pages back, giving chunks back, garbage collection
 //   sliver_sharing.cpp        the ladder's last step: a block over slivers of half-used granules
 //   tag_pause.cpp             pausing and resuming the memory of a tag
 //   allocator_inspection.cpp  stats, snapshot, history, the out-of-memory report and check()
@@ -21,6 +21,7 @@
 
 #include "core/budget.hpp"
 #include "core/mapper.hpp"
+#include "core/page_backer.hpp"
 #include "core/pending_frees.hpp"
 #include "core/observers.hpp"
 #include "core/placements.hpp"
@@ -74,28 +75,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
     Page granule;  // the one granule of a chunk mapped at that slot
   };
 
-  // The backing of one block in progress (page_backing.cpp): what it still needs — [next, end) of each run
-  // of slots without a page —, the pages chosen for it, and the pages reclaim took from other blocks on the
-  // way (to count what it stitches). Kept between backings only so that its vectors keep their capacity.
-  struct Gap {
-    std::size_t next;
-    std::size_t end;
-  };
-  struct Backing {
-    std::uint32_t page_limit = 1;  // the most granules one page may hold for this block (page_limit_for)
-    std::vector<Gap> gaps;
-    std::vector<Assignment> assignments;
-    std::vector<Page> reclaimed;
-
-    std::size_t missing() const;
-    std::uint64_t stitched();  // sorts `reclaimed`
-    void start() {
-      gaps.clear();
-      assignments.clear();
-      reclaimed.clear();
-    }
-  };
-
   struct Unbacked {
     std::size_t blocks = 0;
     Bytes bytes = 0;
@@ -135,27 +114,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   // end of the fast path too; tessera_allocator.cpp alone calls it).
   [[gnu::always_inline]] inline Address hand_out(Block* block, StreamId stream, MemoryPool pool);
   Result<void> process_pending(bool wait);
-
-  // page_backing.cpp
-  Result<void> back_with_pages(Arena& arena, const Block& block, bool take_idle, Backing& backing);
-  std::size_t fill_gaps_from_pool(Backing& backing);
-  Result<void> create_for_gaps(Backing& backing, const SlotRange& inner, std::size_t extend_to);
-  bool pages_split() const noexcept { return chunk_max_granules_ > page_max_granules_; }
-  // The largest page for a block of the arena: page_max; under a tag other than the default, up to a chunk.
-  // A tagged block is paused and resumed whole, so the inside of it as one page costs no memory that a
-  // granule page would save, and a pause unmaps it with one call instead of one per granule.
-  std::uint32_t page_limit_for(const Arena& arena) const noexcept {
-    return arena.tag() == default_tag ? page_max_granules_ : chunk_max_granules_;
-  }
-  std::size_t growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const;
-  void return_to_pool(Backing& backing);
-
-  // page_reclaim.cpp
-  // Takes up to `granules` of idle pages back into the pool, oldest freed first; each page taken is
-  // appended to `taken` where given.
-  Result<std::size_t> reclaim(std::size_t granules, std::vector<Page>* taken);
-  Result<void> give_back_above(Bytes target);
-  void collect_garbage();
 
   // sliver_sharing.cpp
   bool can_share_slivers() const noexcept;
@@ -216,8 +174,6 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   Observers observers_;  // before mapper_, which tells them what it does
   Mapper mapper_;
   Bytes granule_;
-  std::uint32_t page_max_granules_;
-  std::uint32_t chunk_max_granules_;  // page_max_granules_ where the driver cannot map part of a chunk
   Budget budget_;
   PendingFrees pending_;
   bool share_slivers_;  // the option, where the driver can map a granule at two addresses
@@ -225,7 +181,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   support::AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
   SharedBlocks shared_;
   TagBook tags_;
-  Backing backing_;
+  PageBacker backer_;
   detail::ForkGuardMembership fork_membership_{*this, detail::ForkRank::allocator};  // last: leaves first
 };
 

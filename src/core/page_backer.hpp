@@ -1,0 +1,101 @@
+// The page backer (policy, layer 4): which pages back a block — pooled, new, or taken from idle cached
+// blocks (page_backing.cpp) — and which go back: idle pages reclaimed into the pool, chunks given back to
+// the device (page_reclaim.cpp). It decides; the mapper makes every driver call and alone changes the page
+// pool. It keeps one scratch backing between calls only so that its vectors keep their capacity: no call
+// here calls another that uses it (reclaim does not back), so nothing nests on it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/budget.hpp"
+#include "core/mapper.hpp"
+#include "core/observers.hpp"
+#include "core/placements.hpp"
+#include "tessera/allocator.hpp"
+
+namespace tessera::core {
+
+class PageBacker {
+ public:
+  PageBacker(Mapper& mapper, const Budget& budget, Placements& placements, Observers& observers,
+             const AllocatorConfig& config);
+  PageBacker(const PageBacker&) = delete;
+  PageBacker& operator=(const PageBacker&) = delete;
+
+  // The largest page (page_max), and the largest chunk (chunk_max; the page where the driver cannot map
+  // part of a chunk), in granules.
+  std::uint32_t page_max_granules() const noexcept { return page_max_granules_; }
+  std::uint32_t chunk_max_granules() const noexcept { return chunk_max_granules_; }
+  // Whether pooled runs may be cut into smaller pages (the driver maps parts of a chunk).
+  bool pages_split() const noexcept { return chunk_max_granules_ > page_max_granules_; }
+  // The largest page for a block of the arena: page_max; under a tag other than the default, up to a chunk.
+  // A tagged block is paused and resumed whole, so the inside of it as one page costs no memory that a
+  // granule page would save, and a pause unmaps it with one call instead of one per granule.
+  std::uint32_t page_limit_for(const Arena& arena) const noexcept {
+    return arena.tag() == default_tag ? page_max_granules_ : chunk_max_granules_;
+  }
+
+  // Maps a page under every slot `block` touches that has none (the order in page_backing.cpp). take_idle:
+  // whether it may take the pages of idle cached blocks when no page can be created. On a failure nothing
+  // of it stays mapped or taken: the pages obtained on the way are pooled.
+  Result<void> back(Arena& arena, const Block& block, bool take_idle);
+  // Pages of at most `page_limit` granules for slots [first, first + count) of a range of the caller's own
+  // (a shared block's middle): pooled, then new within the limit, appended to `pages` in slot order. On a
+  // failure none is appended and those obtained are pooled again.
+  Result<void> pages_for(std::size_t first, std::size_t count, std::uint32_t page_limit,
+                         std::vector<Assignment>& pages);
+  // One page of at most `granules`, pooled or else cut from a new chunk within the limit: out of memory when
+  // neither is possible.
+  Result<Page> page_of_at_most(std::uint32_t granules);
+
+  // Takes up to `granules` of idle pages back into the pool, oldest freed first; each page taken is
+  // appended to `taken` where given.
+  Result<std::size_t> reclaim(std::size_t granules, std::vector<Page>* taken);
+  // Gives pooled chunks, then idle pages as whole chunks, back to the device until at most `target` bytes
+  // are held or nothing more can go.
+  Result<void> give_back_above(Bytes target);
+  // PyTorch's garbage_collection_threshold: past it, idle pages go back, oldest first. Never fails the
+  // caller: pages that cannot go back stay held.
+  void collect_garbage();
+
+ private:
+  // What a block in progress still needs — [next, end) of each run of slots without a page —, the pages
+  // chosen for it, and the pages reclaim took from other blocks on the way (to count what it stitches).
+  struct Gap {
+    std::size_t next;
+    std::size_t end;
+  };
+  struct Backing {
+    std::uint32_t page_limit = 1;  // the most granules one page may hold for this block (page_limit_for)
+    std::vector<Gap> gaps;
+    std::vector<Assignment> assignments;
+    std::vector<Page> reclaimed;
+
+    std::size_t missing() const;
+    std::uint64_t stitched();  // sorts `reclaimed`
+    void start(std::uint32_t limit) {
+      page_limit = limit;
+      gaps.clear();
+      assignments.clear();
+      reclaimed.clear();
+    }
+  };
+
+  std::size_t fill_gaps_from_pool();
+  Result<void> create_for_gaps(const SlotRange& inner, std::size_t extend_to);
+  std::size_t growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const;
+  void return_to_pool();
+
+  Mapper& mapper_;
+  const Budget& budget_;
+  Placements& placements_;
+  Observers& observers_;
+  const AllocatorConfig& config_;
+  Bytes granule_;
+  std::uint32_t page_max_granules_;
+  std::uint32_t chunk_max_granules_;
+  Backing backing_;
+};
+
+}  // namespace tessera::core
