@@ -170,27 +170,14 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot() const {
 void TesseraAllocatorImpl::record_history(std::size_t max_events) {
   std::lock_guard lock(mutex_);
   observers_.history().resize(max_events);
-  std::lock_guard capture_lock(capture_mutex_);
-  capture_on_.store(max_events != 0 && capture_ != nullptr, std::memory_order_relaxed);
+  stacks_.set_recording(max_events != 0);
   observers_.history().clear_next_stack();
 }
 
 void TesseraAllocatorImpl::set_history_stacks(StackCapture capture) {
   std::lock_guard lock(mutex_);
-  std::lock_guard capture_lock(capture_mutex_);
-  capture_ = capture ? std::make_shared<const StackCapture>(std::move(capture)) : nullptr;
-  capture_on_.store(observers_.history().recording() && capture_ != nullptr, std::memory_order_relaxed);
+  stacks_.set(std::move(capture), observers_.history().recording());
   observers_.history().clear_next_stack();
-}
-
-std::shared_ptr<const Stack> TesseraAllocatorImpl::capture_stack() {
-  std::shared_ptr<const StackCapture> capture;
-  {
-    std::lock_guard capture_lock(capture_mutex_);
-    capture = capture_;
-  }
-  // Outside every lock: the capture may wait for an interpreter whose other threads allocate meanwhile.
-  return capture ? (*capture)() : nullptr;
 }
 
 AllocationHistory TesseraAllocatorImpl::history() const {

@@ -90,7 +90,7 @@ Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool
 Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   // The history's stack for this allocation is taken before the lock (set_history_stacks says why); off, this
   // is one relaxed load.
-  if (capture_on_.load(std::memory_order_relaxed)) [[unlikely]] return allocate_with_stack(size, stream);
+  if (stacks_.on()) [[unlikely]] return allocate_with_stack(size, stream);
   std::lock_guard lock(mutex_);
   // The fast path: the fit is cached memory, a page under each of its slots, and no free waits. The ladder
   // (allocate_slow) would take the same block (slivers are tried first only when the contiguous placement
@@ -107,11 +107,11 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
 }
 
 Result<Address> TesseraAllocatorImpl::allocate_with_stack(Bytes size, StreamId stream) {
-  std::shared_ptr<const Stack> stack = capture_stack();
+  std::shared_ptr<const Stack> stack = stacks_.take();  // outside the lock
   std::lock_guard lock(mutex_);
   // Set under the lock for every allocation while on (null: none), so that no stack of an allocation that
   // failed goes with a later one.
-  if (capture_on_.load(std::memory_order_relaxed)) observers_.history().set_next_stack(std::move(stack));
+  if (stacks_.on()) observers_.history().set_next_stack(std::move(stack));
   return allocate_slow(size, stream);
 }
 

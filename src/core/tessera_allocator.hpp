@@ -27,6 +27,7 @@
 #include "core/placements.hpp"
 #include "core/shared_blocks.hpp"
 #include "core/spin_mutex.hpp"
+#include "core/stack_capturer.hpp"
 #include "core/tag_book.hpp"
 #include "driver/fork_guard.hpp"
 #include "support/address_table.hpp"
@@ -163,13 +164,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   void after_fork_in_child() noexcept override { mutex_.unlock(); }
 
   mutable SpinMutex mutex_;
-  // The history's stack capture, read before mutex_ is taken (allocator_inspection.cpp): on only while the
-  // history records with a capture set.
-  std::atomic<bool> capture_on_{false};
-  SpinMutex capture_mutex_;
-  std::shared_ptr<const StackCapture> capture_;
-  // Takes the stack for the allocation about to be made (capture_on_ was seen set): null when none.
-  std::shared_ptr<const Stack> capture_stack();
+  StackCapturer stacks_;  // read before mutex_ is taken
   AllocatorConfig config_;
   Observers observers_;  // before mapper_, which tells them what it does
   Mapper mapper_;
