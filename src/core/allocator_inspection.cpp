@@ -84,7 +84,7 @@ TesseraStats TesseraAllocatorImpl::tessera_stats() const {
   std::lock_guard lock(mutex_);
   TesseraStats stats = observers_.stats();
   stats.cached_bytes = 0;
-  for (const auto& placement : placements_) stats.cached_bytes += idle_mapped_bytes(*placement, granule_);
+  for (const auto& placement : placements_) stats.cached_bytes += idle_mapped_bytes(*placement, granule());
   stats.tags = tag_stats();
   stats.backup_cache_bytes = tags_.kept_buffer_bytes();
   for (const MemoryPool pool : {MemoryPool::small, MemoryPool::large}) {
@@ -115,7 +115,7 @@ PoolHeld TesseraAllocatorImpl::held_by(MemoryPool pool) const {
   for (const auto& placement : placements_) {
     if (placement->arena().pool() != pool) continue;
     for (const Region& region : placement->arena().regions()) {
-      held.mapped_bytes += region.mapped * granule_;
+      held.mapped_bytes += region.mapped * granule();
       held.segments += region.mapped > 0 ? 1 : 0;
     }
   }
@@ -123,7 +123,7 @@ PoolHeld TesseraAllocatorImpl::held_by(MemoryPool pool) const {
     if (shared->pool != pool) continue;
     Bytes own = 0;
     for (const SharedMapping& mapping : shared->mappings) {
-      own += mapping.mapped && !mapping.is_sliver() ? mapping.page.granules * granule_ : 0;
+      own += mapping.mapped && !mapping.is_sliver() ? mapping.page.granules * granule() : 0;
     }
     held.mapped_bytes += own;
     held.segments += own > 0 ? 1 : 0;
@@ -144,7 +144,7 @@ std::vector<TagStats> TesseraAllocatorImpl::tag_stats() const {
     const Arena& arena = placement->arena();
     TagStats& stats = of(arena.tag());
     for (const Region& region : arena.regions()) {
-      stats.reserved_bytes += region.mapped * granule_;
+      stats.reserved_bytes += region.mapped * granule();
       for (const Block* block = region.first_block; block != nullptr; block = block->next) {
         stats.allocated_bytes += block->live && !block->lent ? block->size : 0;
       }
@@ -154,7 +154,7 @@ std::vector<TagStats> TesseraAllocatorImpl::tag_stats() const {
     TagStats& stats = of(shared->tag);
     stats.allocated_bytes += shared->block.live ? shared->block.size : 0;
     for (const SharedMapping& mapping : shared->mappings) {
-      stats.reserved_bytes += mapping.mapped && !mapping.is_sliver() ? mapping.page.granules * granule_ : 0;
+      stats.reserved_bytes += mapping.mapped && !mapping.is_sliver() ? mapping.page.granules * granule() : 0;
     }
   }
   for (TagStats& stats : tags) stats.paused_bytes = stats.paused ? stats.allocated_bytes : 0;
@@ -187,7 +187,7 @@ AllocationHistory TesseraAllocatorImpl::history() const {
 
 AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
   AllocatorSnapshot snapshot;
-  snapshot.pooled_bytes = mapper_.pool().granules() * granule_;
+  snapshot.pooled_bytes = mapper_.pool().granules() * granule();
   std::unordered_map<const Block*, Address> lent_to;
   for (const auto& shared : shared_) {
     for (const SharedMapping& mapping : shared->mappings) {
@@ -197,7 +197,7 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
   for (const auto& placement : placements_) {
     const Arena* arena = &placement->arena();
     for (const Region& region : arena->regions()) {
-      SnapshotSegment segment{region.base, region.span, region.mapped * granule_, arena->stream(), arena->pool(), {}};
+      SnapshotSegment segment{region.base, region.span, region.mapped * granule(), arena->stream(), arena->pool(), {}};
       segment.tag = tag_name(arena->tag());
       segment.paused = tags_.is_paused(arena->tag());
       // Mapped runs, less the bytes lent to shared blocks: those are shown where they are used.
@@ -213,7 +213,7 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
         }
         const std::size_t first = slot;
         while (slot < region.table_end() && region.is_mapped(slot)) ++slot;
-        add_run(segment.mapped, {region.slot_address(first, granule_), (slot - first) * granule_}, lent_ranges, next_lent);
+        add_run(segment.mapped, {region.slot_address(first, granule()), (slot - first) * granule()}, lent_ranges, next_lent);
       }
       for (const Block* block = region.first_block; block != nullptr; block = block->next) {
         using State = SnapshotBlock::State;
@@ -222,8 +222,8 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
         const SlotRange touched = region.within_table(arena->touched_slots(*block));
         for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
           if (!region.is_mapped(slot)) continue;
-          const Address start = std::max(block->address, region.slot_address(slot, granule_));
-          const Address end = std::min(block->end(), region.slot_address(slot, granule_) + granule_);
+          const Address start = std::max(block->address, region.slot_address(slot, granule()));
+          const Address end = std::min(block->end(), region.slot_address(slot, granule()) + granule());
           mapped += end - start;
         }
         const auto lent = block->lent ? lent_to.find(block) : lent_to.end();
@@ -240,7 +240,7 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
     Bytes mapped = 0;
     bool all_mapped = true;
     for (const SharedMapping& mapping : shared->mappings) {
-      if (mapping.mapped && !mapping.is_sliver()) mapped += mapping.page.granules * granule_;
+      if (mapping.mapped && !mapping.is_sliver()) mapped += mapping.page.granules * granule();
       all_mapped = all_mapped && mapping.mapped;
     }
     SnapshotSegment segment{shared->base, shared->span, mapped, shared->stream, shared->pool, {}};
@@ -249,9 +249,9 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
     // Its own pages, and of each sliver the bytes it uses (mappings are in slot order).
     for (const SharedMapping& mapping : shared->mappings) {
       if (!mapping.mapped) continue;
-      const Address at = shared->base + mapping.slot * granule_;
-      MappedRange run{at, mapping.page.granules * granule_};
-      if (mapping.is_sliver()) run = {at + mapping.lent->address % granule_, mapping.lent->size};
+      const Address at = shared->base + mapping.slot * granule();
+      MappedRange run{at, mapping.page.granules * granule()};
+      if (mapping.is_sliver()) run = {at + mapping.lent->address % granule(), mapping.lent->size};
       if (!segment.mapped.empty() && segment.mapped.back().address + segment.mapped.back().size == run.address) {
         segment.mapped.back().size += run.size;
       } else {
@@ -273,8 +273,8 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
 Error TesseraAllocatorImpl::out_of_memory(Bytes requested, std::string_view why) {
   notify([&](AllocatorObserver& observer) { observer.out_of_memory(requested); });
   const TesseraStats stats = observers_.stats();
-  Bytes cached = mapper_.pool().granules() * granule_;
-  for (const auto& placement : placements_) cached += idle_mapped_bytes(*placement, granule_);
+  Bytes cached = mapper_.pool().granules() * granule();
+  for (const auto& placement : placements_) cached += idle_mapped_bytes(*placement, granule());
   return make_error(Errc::out_of_memory,
                     fmt::format("tessera: out of memory allocating {} bytes ({}): {} bytes allocated, {} reserved, "
                                 "{} cached and unused, {} free on the device (limit {})",
@@ -383,11 +383,11 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   if (allocated != stats.common.allocated_bytes) return fmt::format("allocated {} but stats say {}", allocated, stats.common.allocated_bytes);
   const PagePool& pool = mapper_.pool();
   const Bytes holds = mapper_.held();
-  const Bytes pooled = pool.granules() * granule_;
-  const Bytes held = mapped_slots * granule_ + pooled;
+  const Bytes pooled = pool.granules() * granule();
+  const Bytes held = mapped_slots * granule() + pooled;
   if (held != holds) return fmt::format("pages held {} but counted {}", holds, held);
   if (held != stats.common.reserved_bytes) return fmt::format("reserved {} but stats say {}", held, stats.common.reserved_bytes);
-  if (mapped_slots * granule_ != stats.mapped_bytes) return fmt::format("mapped {} but stats say {}", mapped_slots * granule_, stats.mapped_bytes);
+  if (mapped_slots * granule() != stats.mapped_bytes) return fmt::format("mapped {} but stats say {}", mapped_slots * granule(), stats.mapped_bytes);
   if (pooled != stats.pooled_bytes) return fmt::format("pooled {} but stats say {}", pooled, stats.pooled_bytes);
   // Every granule of every chunk is mapped at exactly one slot or pooled.
   std::size_t chunk_granules = 0;
@@ -403,7 +403,7 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   });
   if (broken_chunk) return broken_chunk;
   if (mapped_of_chunk.size() > pool.chunk_count()) return std::string("a mapped page belongs to no chunk");
-  if (chunk_granules * granule_ != holds) return fmt::format("chunks hold {} granules but {} bytes counted", chunk_granules, holds);
+  if (chunk_granules * granule() != holds) return fmt::format("chunks hold {} granules but {} bytes counted", chunk_granules, holds);
   if (holds > mapper_.capacity()) return fmt::format("holds {} bytes, above the capacity {}", holds, mapper_.capacity());
   return check_tags();
 }
@@ -467,12 +467,12 @@ std::optional<std::string> TesseraAllocatorImpl::check_shared(
       }
       if (!mapping.mapped) continue;
       const Region& region = mapping.home->region_of(home);
-      const std::size_t slot = (home.address - region.base) / granule_;
+      const std::size_t slot = (home.address - region.base) / granule();
       std::size_t head = slot;
       while (head > 0 && region.page_granules_at(head) == 0) --head;
       if (!region.is_accessible(slot) || region.chunk_at(head) != mapping.page.chunk ||
           region.page_offset_at(head) + (slot - head) != mapping.page.offset ||
-          (home.end() - 1 - region.base) / granule_ != slot) {
+          (home.end() - 1 - region.base) / granule() != slot) {
         return fmt::format("shared block {:#x}: its sliver {:#x} is not on the granule it maps", block.address, home.address);
       }
     }

@@ -47,18 +47,18 @@ void TesseraAllocatorImpl::find_slivers(StreamId stream, TagId tag, std::vector<
         return region.granule_at(slot);
       };
       Block* free_block = const_cast<Block*>(block);
-      if (const Bytes offset = (block->address - region.base) & (granule_ - 1); offset != 0) {
-        const std::size_t slot = (block->address - region.base) / granule_;
-        const Address slot_end = region.slot_address(slot + 1, granule_);
+      if (const Bytes offset = (block->address - region.base) & (granule() - 1); offset != 0) {
+        const std::size_t slot = (block->address - region.base) / granule();
+        const Address slot_end = region.slot_address(slot + 1, granule());
         if (block->end() >= slot_end) {
           if (auto granule = granule_at(slot)) {
             heads.push_back({const_cast<Arena*>(arena), free_block, block->address, slot_end - block->address, *granule});
           }
         }
       }
-      if (const Bytes offset = (block->end() - region.base) & (granule_ - 1); offset != 0) {
-        const std::size_t slot = (block->end() - region.base) / granule_;
-        const Address slot_start = region.slot_address(slot, granule_);
+      if (const Bytes offset = (block->end() - region.base) & (granule() - 1); offset != 0) {
+        const std::size_t slot = (block->end() - region.base) / granule();
+        const Address slot_start = region.slot_address(slot, granule());
         if (block->address <= slot_start) {
           if (auto granule = granule_at(slot)) {
             tails.push_back({const_cast<Arena*>(arena), free_block, slot_start, offset, *granule});
@@ -101,13 +101,13 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   auto plan_with_head = [&](const Sliver* head) {
     Plan plan{head, nullptr, head != nullptr ? std::min(head->size, rounded) : 0, 0, 0};
     const Bytes rest = rounded - plan.head_used;
-    plan.middle = (rest + granule_ - 1) / granule_;
+    plan.middle = (rest + granule() - 1) / granule();
     consider(plan);  // no tail
     if (rest == 0 || tails.empty()) return;
     const Bytes largest = tails.back().size;
-    plan.middle = rest > largest ? (rest - largest + granule_ - 1) / granule_ : 0;
-    if (plan.middle * granule_ >= rest) return;  // whole pages end it: the plan without a tail
-    plan.tail_used = rest - plan.middle * granule_;
+    plan.middle = rest > largest ? (rest - largest + granule() - 1) / granule() : 0;
+    if (plan.middle * granule() >= rest) return;  // whole pages end it: the plan without a tail
+    plan.tail_used = rest - plan.middle * granule();
     plan.tail = &*std::lower_bound(tails.begin(), tails.end(), plan.tail_used,
                                    [](const Sliver& sliver, Bytes size) { return sliver.size < size; });
     consider(plan);
@@ -122,14 +122,14 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   }
   if (!best || best->middle > room()) {
     return make_error(Errc::out_of_memory, fmt::format("even over slivers it needs {} more granule(s)",
-                                                        best ? best->middle - room() : rounded / granule_));
+                                                        best ? best->middle - room() : rounded / granule()));
   }
   const Plan plan = *best;
 
   // The range: [head slot] [middle slots] [tail slot]; the block starts where the head sliver does.
   const std::size_t first_middle = plan.head != nullptr ? 1 : 0;
   const std::size_t slots = first_middle + plan.middle + (plan.tail != nullptr ? 1 : 0);
-  const Bytes span = slots * granule_;
+  const Bytes span = slots * granule();
   // The pages first, then the range: a failure leaves only pooled pages behind, nothing to release.
   std::vector<Assignment> middle;
   const std::uint32_t page_limit = tag == default_tag ? backer_.page_max_granules() : backer_.chunk_max_granules();
@@ -151,7 +151,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   shared->base = *base;
   shared->span = span;
   Block& block = shared->block;
-  block.address = *base + (plan.head != nullptr ? granule_ - plan.head->size : 0);
+  block.address = *base + (plan.head != nullptr ? granule() - plan.head->size : 0);
   block.size = rounded;
   block.requested = requested;
   // The tail is lent first: when both slivers are the two ends of one free block, the head's block stays.

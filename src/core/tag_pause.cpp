@@ -332,13 +332,13 @@ Result<void> TesseraAllocatorImpl::do_resume(std::string_view name) {
                                                 "backups: {}",
                                                 name, error.message));
     }
-    notify([&](AllocatorObserver& observer) { observer.out_of_memory(missing * granule_); });
+    notify([&](AllocatorObserver& observer) { observer.out_of_memory(missing * granule()); });
     return make_error(Errc::out_of_memory,
                       fmt::format("tessera: out of memory resuming tag '{}': its blocks need {} bytes of pages; {} "
                                   "bytes are free on the device under the limit of {} and {} pooled. The tag stays "
                                   "paused with its backups: free memory and resume again ({})",
-                                  name, missing * granule_, budget_.free_bytes(), budget_.limit(),
-                                  mapper_.pool().granules() * granule_, error.message));
+                                  name, missing * granule(), budget_.free_bytes(), budget_.limit(),
+                                  mapper_.pool().granules() * granule(), error.message));
   }
   if (auto restored = restore_backups(*tag); !restored) {
     return make_error(restored.error().code, fmt::format("tessera: resume of tag '{}': copying its backups back "

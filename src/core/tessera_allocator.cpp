@@ -38,13 +38,11 @@ constexpr Bytes minimum_block = 512;
 TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig& config)
     : config_(config),
       mapper_(driver, observers_),
-      granule_(mapper_.granule()),
       budget_(mapper_),
       pending_(mapper_),
-      share_slivers_(can_share_slivers()),
       // Large arenas grow down (placement.hpp says why), except where pages run on past a block into the free
       // space above it (page_max above the granule), which needs the space above free.
-      placements_(granule_, config.page_max / granule_ <= 1),
+      placements_(granule(), config.page_max / granule() <= 1),
       tags_(mapper_, config.backup_cache),
       backer_(mapper_, budget_, placements_, observers_, config_) {
   observers_.set_pool_probe(*this);
@@ -138,7 +136,7 @@ Result<Address> TesseraAllocatorImpl::allocate_slow(Bytes size, StreamId stream)
   }
   // Slivers go before the pages of idle cached blocks: those stay usable later, a sliver beside a live block
   // does not.
-  const bool share = share_slivers_;
+  const bool share = can_share_slivers();
   auto over_slivers = [&](std::size_t max_middle) -> std::optional<Result<Address>> {
     if (!share) return std::nullopt;
     auto shared = place_over_slivers(rounded, size, stream, tag, max_middle);
@@ -265,16 +263,16 @@ Placement* TesseraAllocatorImpl::find_or_add_placement(Placements::Key key) {
 
 // A product past 2^64 saturates to the largest granule multiple, which the driver then refuses to reserve.
 Bytes TesseraAllocatorImpl::region_span(Bytes at_least) const {
-  const Bytes capacity = std::max<Bytes>(mapper_.capacity() / granule_ * granule_, granule_);
+  const Bytes capacity = std::max<Bytes>(mapper_.capacity() / granule() * granule(), granule());
   Bytes span = 0;
   if (__builtin_mul_overflow(capacity, Bytes{config_.virtual_factor}, &span)) {
-    span = std::numeric_limits<Bytes>::max() / granule_ * granule_;
+    span = std::numeric_limits<Bytes>::max() / granule() * granule();
   }
-  return std::max(span, align_up(at_least, granule_));
+  return std::max(span, align_up(at_least, granule()));
 }
 
 std::size_t TesseraAllocatorImpl::pages_to_place(Placement& placement, const Block* fit, Bytes rounded) const {
-  if (fit == nullptr) return (rounded + granule_ - 1) / granule_;
+  if (fit == nullptr) return (rounded + granule() - 1) / granule();
   const Arena& arena = placement.arena();
   const Region& region = arena.region_of(*fit);
   const Address at = placement.carve_address(*fit, rounded);

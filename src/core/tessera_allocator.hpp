@@ -89,6 +89,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
     observers_.notify(std::forward<Notify>(call));
   }
 
+  Bytes granule() const noexcept { return mapper_.granule(); }
+
   // tessera_allocator.cpp
   [[gnu::noinline]] Result<Address> allocate_with_stack(Bytes size, StreamId stream);
   [[gnu::noinline]] Result<Address> allocate_slow(Bytes size, StreamId stream);
@@ -117,7 +119,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   Result<void> process_pending(bool wait);
 
   // sliver_sharing.cpp
-  bool can_share_slivers() const noexcept;
+  bool can_share_slivers() const noexcept;  // the option, where the driver can map a granule at two addresses
   // Fails (out of memory) when it would need more than max_middle whole pages between the slivers.
   Result<Address> place_over_slivers(Bytes rounded, Bytes requested, StreamId stream, TagId tag,
                                      std::size_t max_middle);
@@ -168,10 +170,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   AllocatorConfig config_;
   Observers observers_;  // before mapper_, which tells them what it does
   Mapper mapper_;
-  Bytes granule_;
   Budget budget_;
   PendingFrees pending_;
-  bool share_slivers_;  // the option, where the driver can map a granule at two addresses
   Placements placements_;
   support::AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
   SharedBlocks shared_;
