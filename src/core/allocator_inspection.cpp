@@ -115,8 +115,8 @@ PoolHeld TesseraAllocatorImpl::held_by(MemoryPool pool) const {
   for (const auto& placement : placements_) {
     if (placement->arena().pool() != pool) continue;
     for (const Region& region : placement->arena().regions()) {
-      held.mapped_bytes += region.mapped * granule();
-      held.segments += region.mapped > 0 ? 1 : 0;
+      held.mapped_bytes += region.mapped_slots() * granule();
+      held.segments += region.mapped_slots() > 0 ? 1 : 0;
     }
   }
   for (const auto& shared : shared_) {
@@ -144,7 +144,7 @@ std::vector<TagStats> TesseraAllocatorImpl::tag_stats() const {
     const Arena& arena = placement->arena();
     TagStats& stats = of(arena.tag());
     for (const Region& region : arena.regions()) {
-      stats.reserved_bytes += region.mapped * granule();
+      stats.reserved_bytes += region.mapped_slots() * granule();
       for (const Block* block = region.first_block; block != nullptr; block = block->next) {
         stats.allocated_bytes += block->live && !block->lent ? block->size : 0;
       }
@@ -197,7 +197,7 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
   for (const auto& placement : placements_) {
     const Arena* arena = &placement->arena();
     for (const Region& region : arena->regions()) {
-      SnapshotSegment segment{region.base, region.span, region.mapped * granule(), arena->stream(), arena->pool(), {}};
+      SnapshotSegment segment{region.base, region.span, region.mapped_slots() * granule(), arena->stream(), arena->pool(), {}};
       segment.tag = tag_name(arena->tag());
       segment.paused = tags_.is_paused(arena->tag());
       // Mapped runs, less the bytes lent to shared blocks: those are shown where they are used.
@@ -307,8 +307,8 @@ std::optional<std::string> check_page_table(const Region& region, std::size_t& m
     mapped_of_chunk[static_cast<std::uint64_t>(region.chunk_at(slot))] += size;
     slot += size;
   }
-  if (counted != region.mapped) {
-    return fmt::format("region {:#x}: mapped count {} but {} slots mapped", region.base, region.mapped, counted);
+  if (counted != region.mapped_slots()) {
+    return fmt::format("region {:#x}: mapped count {} but {} slots mapped", region.base, region.mapped_slots(), counted);
   }
   mapped_slots += counted;
   return std::nullopt;

@@ -245,7 +245,7 @@ Result<void> Mapper::synchronize(std::span<const StreamId> streams) {
 Result<void> Mapper::unmap_region(Region& region) {
   std::vector<PageMapping> unmapped;  // for the observers
   Result<void> failure;
-  for (std::size_t slot = region.table_begin(); slot < region.table_end() && region.mapped > 0; ++slot) {
+  for (std::size_t slot = region.table_begin(); slot < region.table_end() && region.mapped_slots() > 0; ++slot) {
     if (region.page_granules_at(slot) == 0) continue;
     const Address at = region.slot_address(slot, granule_);
     if (auto done = driver_.unmap(at); !done) {
