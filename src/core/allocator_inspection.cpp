@@ -121,10 +121,7 @@ PoolHeld TesseraAllocatorImpl::held_by(MemoryPool pool) const {
   }
   for (const auto& shared : shared_) {
     if (shared->pool != pool) continue;
-    Bytes own = 0;
-    for (const SharedMapping& mapping : shared->mappings) {
-      own += mapping.mapped && !mapping.is_sliver() ? mapping.page.granules * granule() : 0;
-    }
+    const Bytes own = shared->own_mapped_granules() * granule();
     held.mapped_bytes += own;
     held.segments += own > 0 ? 1 : 0;
   }
@@ -153,9 +150,7 @@ std::vector<TagStats> TesseraAllocatorImpl::tag_stats() const {
   for (const auto& shared : shared_) {
     TagStats& stats = of(shared->tag);
     stats.allocated_bytes += shared->block.live ? shared->block.size : 0;
-    for (const SharedMapping& mapping : shared->mappings) {
-      stats.reserved_bytes += mapping.mapped && !mapping.is_sliver() ? mapping.page.granules * granule() : 0;
-    }
+    stats.reserved_bytes += shared->own_mapped_granules() * granule();
   }
   for (TagStats& stats : tags) stats.paused_bytes = stats.paused ? stats.allocated_bytes : 0;
   tags_.visit_backups([&](const Block* block, const HostBuffer& backup) { of(tag_of(block)).backup_bytes += backup.size; });
@@ -237,12 +232,9 @@ AllocatorSnapshot TesseraAllocatorImpl::snapshot_locked() const {
   for (const auto& shared : shared_) {
     const Block& block = shared->block;
     // Its own pages only: the slivers' granules are counted once, in their home segments.
-    Bytes mapped = 0;
-    bool all_mapped = true;
-    for (const SharedMapping& mapping : shared->mappings) {
-      if (mapping.mapped && !mapping.is_sliver()) mapped += mapping.page.granules * granule();
-      all_mapped = all_mapped && mapping.mapped;
-    }
+    const Bytes mapped = shared->own_mapped_granules() * granule();
+    const bool all_mapped = std::all_of(shared->mappings.begin(), shared->mappings.end(),
+                                        [](const SharedMapping& mapping) { return mapping.mapped; });
     SnapshotSegment segment{shared->base, shared->span, mapped, shared->stream, shared->pool, {}};
     segment.tag = tag_name(shared->tag);
     segment.paused = tags_.is_paused(shared->tag);

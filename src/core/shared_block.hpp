@@ -32,6 +32,13 @@ struct SharedBlock {
   Bytes span = 0;
   std::vector<SharedMapping> mappings;
   bool reserved = true;  // its virtual range not yet released
+
+  // The granules of its own pages mapped now: the slivers' granules are their home segments'.
+  std::size_t own_mapped_granules() const noexcept {
+    std::size_t granules = 0;
+    for (const SharedMapping& mapping : mappings) granules += mapping.mapped && !mapping.is_sliver() ? mapping.page.granules : 0;
+    return granules;
+  }
 };
 
 }  // namespace tessera::core

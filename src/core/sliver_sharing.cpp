@@ -180,7 +180,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   block.live = true;
   block.on_pause = current_on_pause();
   live_.insert(block.address, &block);
-  const BlockEvent event{block.address, block.size, block.requested, stream, kept.pool};
+  const BlockEvent event = block_event(kept);
   const std::uint64_t slivers = (head_lent != nullptr ? 1 : 0) + (tail_lent != nullptr ? 1 : 0);
   notify([&](AllocatorObserver& observer) {
     observer.shared(slivers);
@@ -194,7 +194,7 @@ Result<void> TesseraAllocatorImpl::free_shared(Block* block) {
   const SharedBlock* shared = shared_.of(block);
   std::vector<StreamId> streams{shared->stream};
   if (const auto* users = pending_.users_of(block)) streams.insert(streams.end(), users->begin(), users->end());
-  const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool, true};
+  const BlockEvent event = block_event(*shared, true);
   // On a failure the block stays live: the caller may free it again.
   if (auto waiting = pending_.wait_for(nullptr, block, streams, event); !waiting) return waiting;
   live_.erase(block->address);

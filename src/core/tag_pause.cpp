@@ -247,7 +247,7 @@ Result<void> TesseraAllocatorImpl::free_paused(Block* block) {
     return {};
   }
   const SharedBlock* shared = shared_.of(block);
-  const BlockEvent event{block->address, block->size, block->requested, shared->stream, shared->pool};
+  const BlockEvent event = block_event(*shared);
   block->live = false;
   if (!take_apart(block)) pending_.retry_later(nullptr, block);  // tried again at the next drain
   notify([&](AllocatorObserver& observer) { observer.block_freed(event); });

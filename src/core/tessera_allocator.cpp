@@ -80,7 +80,7 @@ Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool
   const Address address = block->address;
   block->on_pause = current_on_pause();
   live_.insert(address, block);
-  const BlockEvent event{address, block->size, block->requested, stream, pool};
+  const BlockEvent event = block_event(*block, stream, pool);
   notify([&](AllocatorObserver& observer) { observer.block_allocated(event); });
   return address;
 }

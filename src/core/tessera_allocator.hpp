@@ -81,8 +81,15 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
     Bytes bytes = 0;
   };
 
+  // What the observers are told of a block (pending: a free that waits for events).
+  static BlockEvent block_event(const Block& block, StreamId stream, MemoryPool pool, bool pending = false) {
+    return BlockEvent{block.address, block.size, block.requested, stream, pool, pending};
+  }
   static BlockEvent block_event(const Arena& arena, const Block& block) {
-    return BlockEvent{block.address, block.size, block.requested, arena.stream(), arena.pool()};
+    return block_event(block, arena.stream(), arena.pool());
+  }
+  static BlockEvent block_event(const SharedBlock& shared, bool pending = false) {
+    return block_event(shared.block, shared.stream, shared.pool, pending);
   }
   template <class Notify>
   void notify(Notify&& call) {
