@@ -27,8 +27,8 @@
 #include "core/shared_blocks.hpp"
 #include "core/spin_mutex.hpp"
 #include "core/tag_book.hpp"
-#include "driver/fork_guard.hpp"
 #include "support/address_table.hpp"
+#include "support/fork_guard.hpp"
 #include "tessera/allocator.hpp"
 
 namespace tessera::core {
