@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "targets.hpp"
-#include "tessera/snapshot.hpp"
 #include "tessera/trace.hpp"
 
 namespace {

@@ -1,17 +1,14 @@
-// What an allocator holds, as PyTorch's memory snapshot shows it (segments and their blocks), the allocation
-// history, and the writers of PyTorch snapshot files. Below the allocator: the trace layer writes the files,
-// the allocator fills the types.
+// What an allocator holds, as PyTorch's memory snapshot shows it (segments and their blocks), and the
+// allocation history: values the allocator fills and the trace layer's writers (tessera/trace.hpp) write as
+// PyTorch snapshot files. Below both, so that the allocator knows no file format.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "tessera/result.hpp"
-#include "tessera/trace.hpp"
+#include "tessera/trace_model.hpp"
 #include "tessera/types.hpp"
 
 namespace tessera {
@@ -82,7 +79,7 @@ struct SegmentChange {
 
 // The allocation history (PyTorch's torch.cuda.memory._record_memory_history): the newest allocs and frees,
 // with the addresses they had, and the allocator's segments at the moment it was taken — what
-// write_history_snapshot needs to write a file that pytorch.org/memory_viz opens.
+// write_history_snapshot (tessera/trace.hpp) needs to write a file that pytorch.org/memory_viz opens.
 struct AllocationHistory {
   // Oldest first. Blocks allocated before the window (or before recording began) are initial blocks: those
   // freed inside the window, then those still live. Stream indices follow first use.
@@ -97,56 +94,5 @@ struct AllocationHistory {
   std::vector<Stack> stacks;
   std::vector<std::uint32_t> event_stacks;
 };
-
-// ---- Writers of PyTorch snapshots (docs/trace-format.md, "Writing PyTorch snapshots"): the pickle that
-// torch.cuda.memory._dump_snapshot writes, which PyTorch's viewer (pytorch.org/memory_viz) opens and
-// read_pytorch_snapshot reads back as the same trace. Iteration markers are not written: the format has no
-// place for them.
-
-struct SnapshotWriteOptions {
-  // The device the snapshot files the trace under. Default: the number after the last ':' of trace.device
-  // ("cuda:1" -> 1), else 0.
-  std::optional<int> device;
-  // The allocator's segments and blocks after the replay that handed out `addresses`, written as the
-  // snapshot's segments (each cut after the last byte a block used); not owned. Null: segments are
-  // synthesized from the trace. Its allocated blocks at addresses no event touches must be exactly the
-  // initial blocks never freed, on their streams.
-  const AllocatorSnapshot* state = nullptr;
-  // What the allocator did to its device memory, in order with the trace's events; not owned. Non-null: they
-  // are written as segment_alloc, segment_free, segment_map and segment_unmap entries, and the segments are
-  // what they leave (with a state: the state's mapped runs, which they must lead to), so that MemoryViz
-  // draws the reserved bytes as they went. `changes_from_empty`: they start from an allocator that held
-  // nothing (a replay); otherwise they are a window of a longer run (a history), and the pooled bytes before
-  // it are the state's less what the window pooled.
-  const std::vector<SegmentChange>* segment_changes = nullptr;
-  bool changes_from_empty = true;
-  // The first this many changes (from empty) made the memory that held the initial blocks: they are the
-  // snapshot's starting state, in its segments but not written as entries, as PyTorch records memory that
-  // existed before recording began (ReplayResult::starting_segment_changes).
-  std::size_t starting_changes = 0;
-  // Stacks of the events (AllocationHistory::stacks and event_stacks); not owned. An alloc's stack is
-  // written as the `frames` of its alloc, of its free and of its block in the segments.
-  const std::vector<Stack>* stacks = nullptr;
-  const std::vector<std::uint32_t>* event_stacks = nullptr;
-};
-
-// `addresses[id]` is the address block `id` had (from a replay); empty: each block gets a synthesized
-// address, reused after its free as a best-fit allocator would. Errc::invalid_argument when the trace does
-// not validate(), `addresses` has not block_count entries, two live blocks share an address, or the state
-// disagrees with the trace.
-// Read back, the trace is equal but for iteration markers when its ids and streams are in the reader's
-// order: the initial blocks freed by an event first, in the order of their frees, then the initial blocks
-// never freed, then the others in the order of their allocs; streams in order of first use (traces read
-// from snapshots are in that order). Otherwise it is equal but for that numbering; with a state, the
-// never-freed initial blocks come in the state's order.
-Result<std::string> format_pytorch_snapshot(const Trace& trace, const std::vector<Address>& addresses = {},
-                                            const SnapshotWriteOptions& options = {});
-// Gzip-compressed when the path ends in ".gz" (Tessera reads it as it is; MemoryViz needs it inflated).
-Result<void> write_pytorch_snapshot(const Trace& trace, const std::vector<Address>& addresses,
-                                    const std::filesystem::path& path, const SnapshotWriteOptions& options = {});
-
-// Writes the history as a PyTorch snapshot file under `device` (gzip when the path ends in ".gz").
-Result<void> write_history_snapshot(const AllocationHistory& history, const std::filesystem::path& path,
-                                    int device = 0);
 
 }  // namespace tessera

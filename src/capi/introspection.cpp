@@ -13,6 +13,7 @@
 #include "capi/last_error.hpp"
 #include "capi/registry.hpp"
 #include "tessera/tessera_c.h"
+#include "tessera/trace.hpp"
 
 namespace tessera::capi {
 namespace {

@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "capi/last_error.hpp"
-#include "driver/fork_guard.hpp"
+#include "support/fork_guard.hpp"
 #include "support/sizes.hpp"
 #include "tessera/drivers.hpp"
 

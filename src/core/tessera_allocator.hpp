@@ -29,8 +29,8 @@
 #include "core/spin_mutex.hpp"
 #include "core/stack_capturer.hpp"
 #include "core/tag_book.hpp"
-#include "driver/fork_guard.hpp"
 #include "support/address_table.hpp"
+#include "support/fork_guard.hpp"
 #include "tessera/allocator.hpp"
 
 namespace tessera::core {

@@ -32,9 +32,9 @@
 
 #include <fmt/format.h>
 
-#include "driver/fork_guard.hpp"
 #include "driver/platform_driver.hpp"
 #include "driver/simulated_streams.hpp"
+#include "support/fork_guard.hpp"
 #include "tessera/drivers.hpp"
 
 namespace tessera {

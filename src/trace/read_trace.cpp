@@ -15,6 +15,19 @@
 
 namespace tessera {
 
+std::string_view to_string(TraceFormat format) noexcept {
+  switch (format) {
+    case TraceFormat::automatic: return "automatic";
+    case TraceFormat::pytorch_snapshot: return "pytorch_snapshot";
+    case TraceFormat::lifetimes_csv: return "lifetimes_csv";
+    case TraceFormat::stalloc: return "stalloc";
+    case TraceFormat::text: return "text";
+    case TraceFormat::kineto_json: return "kineto_json";
+    case TraceFormat::operator_memory_csv: return "operator_memory_csv";
+  }
+  return "unknown";
+}
+
 namespace trace_detail {
 
 std::string_view without_utf8_bom(std::string_view text) {

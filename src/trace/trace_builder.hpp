@@ -39,7 +39,7 @@ class TraceBuilder {
   // A block live before recording began, which no event has used yet.
   Status declare_initial(std::uint64_t key, std::uint64_t size, std::uint32_t stream);
   void iteration(std::uint64_t index, std::int64_t time_us);
-  // The caller keeps the tag table and checks the pairing (trace.hpp's validate() rules).
+  // The caller keeps the tag table and checks the pairing (trace_model.hpp's validate() rules).
   void pause(TraceTag tag, bool backup, std::int64_t time_us);
   void resume(TraceTag tag, std::int64_t time_us);
 

@@ -15,7 +15,6 @@
 
 #include "targets.hpp"
 #include "tessera/allocator.hpp"
-#include "tessera/snapshot.hpp"
 #include "tessera/trace.hpp"
 #include "trace/gzip_file.hpp"
 

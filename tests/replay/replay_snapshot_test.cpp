@@ -15,6 +15,7 @@
 
 #include "tessera/replay.hpp"
 #include "tessera/snapshot.hpp"
+#include "tessera/trace.hpp"
 #include "tessera/workload.hpp"
 #include "trace/pickle_reader.hpp"
 #include "trace/trace_builder.hpp"

@@ -12,7 +12,7 @@
 #include "command.hpp"
 #include "replay_options.hpp"
 #include "report_output.hpp"
-#include "tessera/snapshot.hpp"
+#include "tessera/trace.hpp"
 #include "trace_input.hpp"
 #include "usage_error.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "tessera/trace.hpp"
+#include "tessera/trace_model.hpp"
 
 namespace tessera {
 
@@ -15,19 +15,6 @@ std::string_view to_string(TraceEventKind kind) noexcept {
     case TraceEventKind::iteration: return "iteration";
     case TraceEventKind::pause: return "pause";
     case TraceEventKind::resume: return "resume";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(TraceFormat format) noexcept {
-  switch (format) {
-    case TraceFormat::automatic: return "automatic";
-    case TraceFormat::pytorch_snapshot: return "pytorch_snapshot";
-    case TraceFormat::lifetimes_csv: return "lifetimes_csv";
-    case TraceFormat::stalloc: return "stalloc";
-    case TraceFormat::text: return "text";
-    case TraceFormat::kineto_json: return "kineto_json";
-    case TraceFormat::operator_memory_csv: return "operator_memory_csv";
   }
   return "unknown";
 }

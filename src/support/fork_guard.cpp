@@ -1,4 +1,4 @@
-#include "driver/fork_guard.hpp"
+#include "support/fork_guard.hpp"
 
 #include <pthread.h>
 

@@ -10,6 +10,9 @@
 // A member may not join or leave while it holds a lock that a member's prepare_fork() takes. Code above
 // the guard that creates members under a lock of its own (the C ABI's registry) takes that lock in a
 // pthread_atfork handler registered after install_fork_handlers(), so that it runs before the guard's.
+//
+// In the support layer, below both the drivers and the allocators that join it: the allocator's policy
+// inherits nothing from the driver layer and calls a driver only through its mapper.
 #pragma once
 
 #include <cstdint>
