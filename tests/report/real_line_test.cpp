@@ -17,7 +17,7 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path data_dir = fs::path(__FILE__).parent_path().parent_path() / "trace" / "data";
+const fs::path data_dir = fs::path(TESSERA_TEST_DATA);
 
 std::string file_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

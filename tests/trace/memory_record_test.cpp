@@ -13,7 +13,7 @@
 namespace tessera {
 namespace {
 
-const std::filesystem::path profile_dir = std::filesystem::path(__FILE__).parent_path() / "data" / "npu_profile";
+const std::filesystem::path profile_dir = std::filesystem::path(TESSERA_TEST_DATA) / "npu_profile";
 constexpr std::uint64_t MiB = 1 << 20;
 
 TEST(MemoryRecordCsv, RowsAreReadWithTheirComponentTimeTotalsAndDevice) {

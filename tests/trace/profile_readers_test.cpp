@@ -16,7 +16,7 @@
 namespace tessera {
 namespace {
 
-const std::filesystem::path data_dir = std::filesystem::path(__FILE__).parent_path() / "data";
+const std::filesystem::path data_dir = std::filesystem::path(TESSERA_TEST_DATA);
 
 std::string file_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -31,7 +31,7 @@ using trace_detail::PickleRef;
 using trace_detail::PickleTree;
 using trace_detail::PickleWriter;
 
-const std::filesystem::path data_dir = std::filesystem::path(__FILE__).parent_path() / "data";
+const std::filesystem::path data_dir = std::filesystem::path(TESSERA_TEST_DATA);
 
 std::optional<std::filesystem::path> shared_traces() {
 #ifdef TESSERA_SHARED_TRACES

@@ -8,7 +8,7 @@
 namespace tessera {
 namespace {
 
-const std::filesystem::path data_dir = std::filesystem::path(__FILE__).parent_path() / "data";
+const std::filesystem::path data_dir = std::filesystem::path(TESSERA_TEST_DATA);
 
 TEST(StallocTrace, ReadsRecordsAndIterationMarkersAndSkipsTheOtherMarkers) {
   Result<Trace> read = read_trace(data_dir / "stalloc_mem_log_dev0.txt");

@@ -9,7 +9,7 @@
 namespace tessera {
 namespace {
 
-const std::filesystem::path data_dir = std::filesystem::path(__FILE__).parent_path() / "data";
+const std::filesystem::path data_dir = std::filesystem::path(TESSERA_TEST_DATA);
 
 std::optional<std::filesystem::path> shared_traces() {
 #ifdef TESSERA_SHARED_TRACES
