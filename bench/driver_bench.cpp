@@ -41,7 +41,7 @@ void must(Result<void> result) {
 
 // Which call of the cycle is timed. `unmap_touched` unmaps a page whose every 4 KiB was written through
 // the mapping, as a live block's page would be; `touch` is that first write itself.
-enum class Timed { reserve, create_page, map, set_access, touch, unmap, unmap_touched, release_page, release_reservation };
+enum class Timed { reserve, create_chunk, map, set_access, touch, unmap, unmap_touched, release_chunk, release_reservation };
 
 void Cycle(benchmark::State& state, std::string_view driver_name, Timed timed) {
   auto driver = make(driver_name);
@@ -61,7 +61,7 @@ void Cycle(benchmark::State& state, std::string_view driver_name, Timed timed) {
       return result;
     };
     const Address base = must(time(Timed::reserve, [&] { return driver->reserve(size); }));
-    const PageId page = must(time(Timed::create_page, [&] { return driver->create_page(size); }));
+    const ChunkId page = must(time(Timed::create_chunk, [&] { return driver->create_chunk(size); }));
     must(time(Timed::map, [&] { return driver->map(base, page); }));
     must(time(Timed::set_access, [&] { return driver->set_access(base, size); }));
     if (touch) {
@@ -71,7 +71,7 @@ void Cycle(benchmark::State& state, std::string_view driver_name, Timed timed) {
       if (timed == Timed::touch) took = Clock::now() - start;
     }
     must(time(touch ? Timed::unmap_touched : Timed::unmap, [&] { return driver->unmap(base); }));
-    must(time(Timed::release_page, [&] { return driver->release_page(page); }));
+    must(time(Timed::release_chunk, [&] { return driver->release_chunk(page); }));
     must(time(Timed::release_reservation, [&] { return driver->release_reservation(base); }));
     state.SetIterationTime(std::chrono::duration<double>(took).count());
   }
@@ -95,8 +95,8 @@ void MapTowardsTheLimit(benchmark::State& state, std::size_t skip) {
   auto driver = must(make_host_driver(
       {.capacity = 2 * slots * granule, .granularity = granule, .max_map_count = process_mappings() + room}));
   const Address base = must(driver->reserve(2 * slots * granule));
-  std::vector<PageId> pages;
-  for (std::size_t i = 0; i < slots; ++i) pages.push_back(must(driver->create_page(granule)));
+  std::vector<ChunkId> pages;
+  for (std::size_t i = 0; i < slots; ++i) pages.push_back(must(driver->create_chunk(granule)));
   std::size_t next = 0;
   auto map_next = [&] {
     must(driver->map(base + 2 * next * granule, pages[slots - 1 - next]));
@@ -110,7 +110,7 @@ void MapTowardsTheLimit(benchmark::State& state, std::size_t skip) {
   }
   state.counters["kernel_mappings"] = static_cast<double>(process_mappings());
   for (std::size_t i = 0; i < next; ++i) must(driver->unmap(base + 2 * i * granule));
-  for (PageId page : pages) must(driver->release_page(page));
+  for (ChunkId page : pages) must(driver->release_chunk(page));
   must(driver->release_reservation(base));
 }
 
@@ -120,10 +120,10 @@ void ForkWithMemory(benchmark::State& state) {
   const auto size = static_cast<Bytes>(state.range(0)) * MiB;
   auto driver = must(make_host_driver({.capacity = 2 * GiB}));
   Address base = 0;
-  PageId page{};
+  ChunkId page{};
   if (size > 0) {
     base = must(driver->reserve(size));
-    page = must(driver->create_page(size));
+    page = must(driver->create_chunk(size));
     must(driver->map(base, page));
     std::memset(reinterpret_cast<void*>(static_cast<std::uintptr_t>(base)), 0x5a, size);
   }
@@ -139,7 +139,7 @@ void ForkWithMemory(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(size));
   if (size > 0) {
     must(driver->unmap(base));
-    must(driver->release_page(page));
+    must(driver->release_chunk(page));
     must(driver->release_reservation(base));
   }
 }
@@ -161,10 +161,10 @@ void Register() {
       ->Unit(benchmark::kMillisecond);
 
   const std::pair<const char*, Timed> calls[] = {
-      {"reserve", Timed::reserve},           {"create_page", Timed::create_page},
+      {"reserve", Timed::reserve},           {"create_chunk", Timed::create_chunk},
       {"map", Timed::map},                   {"set_access", Timed::set_access},
       {"first_touch", Timed::touch},         {"unmap", Timed::unmap},
-      {"unmap_touched", Timed::unmap_touched}, {"release_page", Timed::release_page},
+      {"unmap_touched", Timed::unmap_touched}, {"release_chunk", Timed::release_chunk},
       {"release_reservation", Timed::release_reservation},
   };
   for (const char* driver : {"host", "sim"}) {

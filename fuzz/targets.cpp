@@ -509,7 +509,7 @@ std::uint64_t* scratch(std::size_t words) {
 
 // The calls the allocator makes, which faults may be armed on.
 constexpr std::array<DriverCall, 13> fault_calls = {
-    DriverCall::reserve,      DriverCall::create_page,       DriverCall::release_page,  DriverCall::map,
+    DriverCall::reserve,      DriverCall::create_chunk,       DriverCall::release_chunk,  DriverCall::map,
     DriverCall::set_access,   DriverCall::unmap,             DriverCall::create_event,  DriverCall::record_event,
     DriverCall::query_event,  DriverCall::synchronize_event, DriverCall::destroy_event, DriverCall::synchronize_stream,
     DriverCall::synchronize_device};
@@ -698,7 +698,7 @@ class OpsRun {
         const std::uint64_t nth = 1 + in_.u8() % 8;
         const std::uint8_t mode = in_.u8();
         const auto repeat = (mode & 1) != 0 ? FaultInjectingDriver::Repeat::from_then_on : FaultInjectingDriver::Repeat::once;
-        const Errc code = (mode & 2) != 0 && call == DriverCall::create_page ? Errc::out_of_memory : Errc::platform;
+        const Errc code = (mode & 2) != 0 && call == DriverCall::create_chunk ? Errc::out_of_memory : Errc::platform;
         last_ = fmt::format("fail {} at call {}{}", to_string(call), nth,
                             repeat == FaultInjectingDriver::Repeat::once ? "" : " and after");
         faults_->fail(call, nth, repeat, code);

@@ -3,7 +3,7 @@
 //   tessera-driver-latency --driver cuda --sizes 2MiB,20MiB --iterations 200 [--json out.json]
 //
 // Each iteration runs one full cycle through the public Driver interface, timing every call on its own:
-// reserve(size), create_page(size), map, set_access, unmap, release_page, release_reservation. The first
+// reserve(size), create_chunk(size), map, set_access, unmap, release_chunk, release_reservation. The first
 // --warmup cycles are not recorded (they pay for lazy initialisation in the platform library). Nothing runs
 // on the device in between, so no synchronization is needed before unmap. Reported per call kind and size:
 // p50 and p99 (nearest rank), mean, min and max, in microseconds. These are the figures the sim driver's
@@ -41,8 +41,8 @@ constexpr int exit_usage = 2;
 
 // The measured calls, in the order of one cycle.
 constexpr std::array<DriverCall, 7> cycle = {
-    DriverCall::reserve, DriverCall::create_page,  DriverCall::map,
-    DriverCall::set_access, DriverCall::unmap, DriverCall::release_page, DriverCall::release_reservation};
+    DriverCall::reserve, DriverCall::create_chunk,  DriverCall::map,
+    DriverCall::set_access, DriverCall::unmap, DriverCall::release_chunk, DriverCall::release_reservation};
 
 std::string size_text(Bytes size) { return tessera::support::format_size(size); }
 
@@ -87,12 +87,12 @@ tessera::Result<void> run_cycle(tessera::Driver& driver, Bytes size, bool record
   };
   auto base = timed([&] { return driver.reserve(size); });
   if (!base) return std::move(base).error();
-  auto page = timed([&] { return driver.create_page(size); });
+  auto page = timed([&] { return driver.create_chunk(size); });
   if (!page) return std::move(page).error();
   if (auto done = timed([&] { return driver.map(*base, *page); }); !done) return done;
   if (auto done = timed([&] { return driver.set_access(*base, size); }); !done) return done;
   if (auto done = timed([&] { return driver.unmap(*base); }); !done) return done;
-  if (auto done = timed([&] { return driver.release_page(*page); }); !done) return done;
+  if (auto done = timed([&] { return driver.release_chunk(*page); }); !done) return done;
   if (auto done = timed([&] { return driver.release_reservation(*base); }); !done) return done;
   return {};
 }

@@ -140,7 +140,7 @@ struct TesseraStats {
   std::uint64_t resumes = 0;
   // Every tag this allocator has allocated under, in the order first used.
   std::vector<TagStats> tags;
-  // By MemoryPool (small, large); pooled pages belong to neither.
+  // By SizePool (small, large); pooled pages belong to neither.
   std::array<PoolStats, 2> pools{};
 };
 

@@ -15,7 +15,7 @@ struct BlockEvent {
   Bytes size = 0;       // rounded size the block occupies
   Bytes requested = 0;  // what the caller asked for
   StreamId stream{};
-  MemoryPool pool = MemoryPool::large;
+  SizePool pool = SizePool::large;
   // block_freed only: the block's reuse waits for events on the other streams that used it, so it stays
   // active (PyTorch's active_pending_free) until free_completed tells the same event again.
   bool pending = false;
@@ -47,8 +47,8 @@ class AllocatorObserver {
   virtual void block_freed(const BlockEvent&) {}  // the caller's free; reuse may wait for events
   // A free that waited (BlockEvent::pending): its events completed and the block is cached, or taken apart.
   virtual void free_completed(const BlockEvent&) {}
-  virtual void pages_created(std::uint64_t /*count*/, Bytes /*bytes*/) {}
-  virtual void pages_released(std::uint64_t /*count*/, Bytes /*bytes*/) {}
+  virtual void chunks_created(std::uint64_t /*count*/, Bytes /*bytes*/) {}
+  virtual void chunks_released(std::uint64_t /*count*/, Bytes /*bytes*/) {}
   // Pages mapped and unmapped, one entry per mapping, in the order made (their sizes sum to the bytes).
   virtual void pages_mapped(std::span<const PageMapping> /*mappings*/) {}
   virtual void pages_unmapped(std::span<const PageMapping> /*mappings*/) {}
@@ -71,7 +71,7 @@ class AllocatorObserver {
   virtual void out_of_memory(Bytes /*requested*/) {}
   // What the segments of one pool hold now: the bytes of the pages mapped under them (not the slivers a
   // shared block maps a second time) and how many segments hold any. Told after a change that moved it.
-  virtual void pool_held(MemoryPool /*pool*/, Bytes /*mapped_bytes*/, std::uint64_t /*segments*/) {}
+  virtual void pool_held(SizePool /*pool*/, Bytes /*mapped_bytes*/, std::uint64_t /*segments*/) {}
 };
 
 }  // namespace tessera

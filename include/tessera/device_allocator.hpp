@@ -40,8 +40,9 @@ struct AllocatorStats {
   std::uint64_t num_alloc_retries = 0;     // [num_alloc_retries] allocations that needed the OOM ladder
   std::uint64_t num_ooms = 0;              // [num_ooms]
   std::uint64_t num_sync_all_streams = 0;  // [num_sync_all_streams]
-  std::uint64_t num_device_alloc = 0;      // [num_device_alloc] pages (or segments) created
-  std::uint64_t num_device_free = 0;       // [num_device_free] pages (or segments) released
+  std::uint64_t num_device_alloc = 0;      // [num_device_alloc] physical allocations (PyTorch: cudaMalloc calls;
+                                           // Tessera: chunks created; the models: segments or handles)
+  std::uint64_t num_device_free = 0;       // [num_device_free] the same, released
 };
 
 class DeviceAllocator {

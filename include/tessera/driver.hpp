@@ -27,8 +27,8 @@ namespace tessera {
 enum class DriverCall : std::uint8_t {
   reserve,
   release_reservation,
-  create_page,
-  release_page,
+  create_chunk,
+  release_chunk,
   map,
   set_access,
   unmap,
@@ -48,6 +48,8 @@ enum class DriverCall : std::uint8_t {
 
 inline constexpr std::size_t driver_call_count = static_cast<std::size_t>(DriverCall::copy_to_device) + 1;
 
+// The call's name in messages and reports; the chunk calls keep their report names create_page and
+// release_page (src/driver/names.cpp says why).
 std::string_view to_string(DriverCall call) noexcept;
 
 // Per-kind counters (calls, failures, nanoseconds), used by the counting decorator and the sim driver.
@@ -122,16 +124,16 @@ class Driver {
   virtual Result<Address> reserve(Bytes size, Bytes alignment = 0) = 0;
   virtual Result<void> release_reservation(Address base) = 0;
 
-  // Physical pages.
-  virtual Result<PageId> create_page(Bytes size) = 0;
-  virtual Result<void> release_page(PageId page) = 0;
+  // Physical memory: a chunk of `size` bytes, a whole number of granules (cuMemCreate, aclrtMallocPhysical).
+  virtual Result<ChunkId> create_chunk(Bytes size) = 0;
+  virtual Result<void> release_chunk(ChunkId chunk) = 0;
 
   // Mappings.
-  virtual Result<void> map(Address at, PageId page) = 0;
-  // Maps bytes [offset, offset + size) of the page at `at` (capability partial_map; else Errc::unsupported):
-  // one physical page cut into parts mapped, and unmapped, independently — cuMemMap's offset argument.
+  virtual Result<void> map(Address at, ChunkId chunk) = 0;
+  // Maps bytes [offset, offset + size) of the chunk at `at` (capability partial_map; else Errc::unsupported):
+  // one chunk cut into pages mapped, and unmapped, independently — cuMemMap's offset argument.
   // offset and size are granule multiples. A call of kind DriverCall::map.
-  virtual Result<void> map_part(Address at, PageId page, Bytes offset, Bytes size) = 0;
+  virtual Result<void> map_part(Address at, ChunkId chunk, Bytes offset, Bytes size) = 0;
   virtual Result<void> set_access(Address at, Bytes size) = 0;  // every byte of the range must be mapped
   virtual Result<void> unmap(Address at) = 0;                   // the mapping that starts at `at`
 

@@ -26,10 +26,10 @@ class ForwardingDriver : public Driver {
 
   Result<Address> reserve(Bytes size, Bytes alignment = 0) override;
   Result<void> release_reservation(Address base) override;
-  Result<PageId> create_page(Bytes size) override;
-  Result<void> release_page(PageId page) override;
-  Result<void> map(Address at, PageId page) override;
-  Result<void> map_part(Address at, PageId page, Bytes offset, Bytes size) override;
+  Result<ChunkId> create_chunk(Bytes size) override;
+  Result<void> release_chunk(ChunkId chunk) override;
+  Result<void> map(Address at, ChunkId chunk) override;
+  Result<void> map_part(Address at, ChunkId chunk, Bytes offset, Bytes size) override;
   Result<void> set_access(Address at, Bytes size) override;
   Result<void> unmap(Address at) override;
   Result<EventId> create_event() override;
@@ -104,14 +104,14 @@ class FaultInjectingDriver final : public ForwardingDriver {
   std::array<Fault, driver_call_count> faults_{};
 };
 
-// Lowers the capacity of any driver: create_page fails with Errc::out_of_memory once the pages held would
+// Lowers the capacity of any driver: create_chunk fails with Errc::out_of_memory once the pages held would
 // pass the limit.
 class CapacityLimitDriver final : public ForwardingDriver {
  public:
   CapacityLimitDriver(std::unique_ptr<Driver> inner, Bytes limit);
 
   Bytes capacity() const noexcept override;
-  Result<PageId> create_page(Bytes size) override;
+  Result<ChunkId> create_chunk(Bytes size) override;
 
  private:
   Bytes limit_;

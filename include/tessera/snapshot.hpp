@@ -40,7 +40,7 @@ struct SnapshotSegment {
   Bytes total_size = 0;  // virtual size of the region
   Bytes mapped_size = 0;
   StreamId stream{};
-  MemoryPool pool = MemoryPool::large;
+  SizePool pool = SizePool::large;
   std::vector<SnapshotBlock> blocks;
   // Tessera: the tag its blocks were allocated under, and whether it is paused (its pages given back).
   std::string tag = "default";

@@ -228,8 +228,8 @@ typedef struct tessera_memory_stats {
   uint64_t num_alloc_retries;      /* [num_alloc_retries] */
   uint64_t num_ooms;               /* [num_ooms] */
   uint64_t num_sync_all_streams;   /* [num_sync_all_streams] */
-  uint64_t num_device_alloc;       /* [num_device_alloc] pages created */
-  uint64_t num_device_free;        /* [num_device_free] pages released */
+  uint64_t num_device_alloc;       /* [num_device_alloc] physical allocations: chunks created (PyTorch: cudaMalloc calls) */
+  uint64_t num_device_free;        /* [num_device_free] chunks released (PyTorch: cudaFree calls) */
   /* Tessera's own. */
   uint64_t mapped_bytes;           /* [tessera.mapped_bytes] */
   uint64_t pooled_bytes;           /* [tessera.pooled_bytes] pages held unmapped, ready for reuse */

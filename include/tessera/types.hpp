@@ -5,20 +5,21 @@
 // Physical memory
 //   granule      the driver's allocation granularity (2 MiB on current NVIDIA GPUs and on Ascend); every
 //                chunk, page, reservation and mapping address is a whole number of granules.
-//   chunk        one physical allocation of the driver: cuMemCreate, aclrtMallocPhysical, a range of the
-//                host driver's memfd. The driver's interface calls it a page (Driver::create_page, PageId),
-//                as the platforms do; the core says chunk because it maps a chunk in parts.
+//   chunk        one physical allocation of the driver (Driver::create_chunk, ChunkId): cuMemCreate,
+//                aclrtMallocPhysical, a range of the host driver's memfd. PyTorch's num_device_alloc counts
+//                them (its cudaMalloc calls). Reports name the call create_page, as they always have.
 //   page         what one mapping maps: a run of granules of one chunk, at an offset into it — the whole
 //                chunk where the driver cannot map parts of one. The core's unit of mapping, reclaim and
 //                reuse. A chunk goes back to the device only when all of its pages are idle.
-//   pooled       a page held from the device but mapped nowhere, ready for reuse (the page pool).
+//   page pool    the pages held from the device but mapped nowhere, ready for reuse (PagePool); such a page
+//                is pooled.
 //
 // Virtual memory
 //   reservation  a range of virtual addresses reserved once (cuMemAddressReserve, aclrtReserveMemAddress).
 //   region       one reservation of an arena, sized for the whole device, tiled by blocks.
 //   slot         one granule-sized place of a region; the page table says which page is mapped at each.
 //   mapping      one page mapped at one virtual address. Unmapped whole, never in part.
-//   arena        the regions of one (stream, pool, tag), their blocks and their page tables.
+//   arena        the regions of one (stream, size pool, tag), their blocks and their page tables.
 //   frontier     a region's untouched end, where its arena grows: its last block where the arena grows up,
 //                its first where it grows down.
 //
@@ -26,7 +27,8 @@
 //   block        a contiguous virtual range handed to the caller (live), freed and waiting for events
 //                (pending), or free in the cache.
 //   segment      PyTorch's word for a region, in snapshots and statistics.
-//   pool         the free blocks one request may be served from: small or large, per stream (MemoryPool).
+//   size pool    small or large (SizePool): requests up to small_max and the others, served from arenas of
+//                their own. PyTorch's small_pool and large_pool.
 //   idle page    a mapped page wholly inside a free block: it can be taken back without touching live data.
 //   sliver       the free bytes at the edge of a mapped slot that a live block half uses.
 //   lent block   a block that holds a sliver's bytes at home while a shared block maps the same granule.
@@ -44,6 +46,8 @@
 //
 // Parts
 //   driver       the VMM primitives of one backend: cuda, ascend, host, sim (include/tessera/driver.hpp).
+//   facade       the allocator's class (src/core/tessera_allocator.hpp): the lock, the fast path and the
+//                out-of-memory ladder over components that own their state (docs/architecture.md).
 //   mapper       the one part of the allocator's core that calls the driver (src/core/mapper.hpp).
 //   placement    where in its arena a block goes: best or good fit, carving and merging (src/core/placement.hpp).
 #pragma once
@@ -62,9 +66,9 @@ inline constexpr Bytes GiB = Bytes{1} << 30;
 // A device virtual address. On the host driver it is also a host pointer.
 using Address = std::uint64_t;
 
-// Opaque handles issued by a driver: PageId names a chunk (the driver's word for it is page). Strong types
-// so that a chunk can never be passed where an event is expected.
-enum class PageId : std::uint64_t {};
+// Opaque handles issued by a driver. Strong types, so that a chunk can never be passed where an event is
+// expected.
+enum class ChunkId : std::uint64_t {};
 enum class EventId : std::uint64_t {};
 
 // A stream as the platform names it: the value of a cudaStream_t or aclrtStream, or any number on the host
@@ -73,8 +77,8 @@ enum class StreamId : std::uintptr_t {};
 
 inline constexpr StreamId default_stream{0};
 
-// The pools of an allocator (per stream): requests of at most AllocatorConfig::small_max bytes, and the others.
-enum class MemoryPool : std::uint8_t { small, large };
+// The size pools: requests of at most AllocatorConfig::small_max bytes, and the others.
+enum class SizePool : std::uint8_t { small, large };
 
 constexpr bool is_power_of_two(Bytes value) noexcept { return value != 0 && (value & (value - 1)) == 0; }
 

@@ -317,7 +317,7 @@ Result<std::uint32_t> CachingCore::create_segment(Bytes size, Bytes page_size, A
   }
   auto base = memory_.reserve(*mapped);
   if (!base) return std::move(base).error();
-  std::vector<PageId> pages(*mapped / page_size);
+  std::vector<ChunkId> pages(*mapped / page_size);
   auto done = memory_.create_and_map(*base, page_size, access, pages);
   if (!done) {
     memory_.release_reservation(*base);

@@ -45,7 +45,7 @@ struct Segment {
   Address base = 0;
   Bytes size = 0;       // as the allocator sees it (the segment size PyTorch reports)
   Bytes page_size = 0;  // pages cover align_up(size, granule)
-  std::vector<PageId> pages;
+  std::vector<ChunkId> pages;
   StreamId stream{};
   PoolKind pool = PoolKind::large;
   bool live = false;

@@ -17,21 +17,21 @@ void DeviceMemory::release_reservation(Address base) {
   if (!driver_.release_reservation(base)) leftover_reservations_.push_back(base);
 }
 
-Result<void> DeviceMemory::create_and_map(Address at, Bytes page_size, AccessCalls access, std::span<PageId> pages) {
+Result<void> DeviceMemory::create_and_map(Address at, Bytes page_size, AccessCalls access, std::span<ChunkId> pages) {
   std::size_t created = 0;
   std::size_t mapped = 0;
   auto undo = [&] {
     for (std::size_t i = 0; i < created; ++i) {
       if (i < mapped) {
         unmap_and_release(at + i * page_size, pages[i], page_size);
-      } else if (!driver_.release_page(pages[i])) {
+      } else if (!driver_.release_chunk(pages[i])) {
         leftover_pages_.push_back({pages[i], page_size});
         leftover_page_bytes_ += page_size;
       }
     }
   };
   for (; created < pages.size(); ++created) {
-    auto page = driver_.create_page(page_size);
+    auto page = driver_.create_chunk(page_size);
     if (!page) {
       undo();
       return std::move(page).error();
@@ -59,7 +59,7 @@ Result<void> DeviceMemory::create_and_map(Address at, Bytes page_size, AccessCal
 }
 
 Result<void> DeviceMemory::map_existing(Address at, Bytes page_size, AccessCalls access,
-                                        std::span<const PageId> pages) {
+                                        std::span<const ChunkId> pages) {
   std::size_t mapped = 0;
   auto undo = [&] {
     for (std::size_t i = 0; i < mapped; ++i) unmap(at + i * page_size);
@@ -88,14 +88,14 @@ void DeviceMemory::unmap(Address at) {
   if (!driver_.unmap(at)) leftover_mappings_.push_back(at);
 }
 
-void DeviceMemory::unmap_and_release(Address at, PageId page, Bytes page_size) {
+void DeviceMemory::unmap_and_release(Address at, ChunkId page, Bytes page_size) {
   if (!driver_.unmap(at)) {
     leftover_mappings_.push_back(at);
     leftover_pages_.push_back({page, page_size});
     leftover_page_bytes_ += page_size;
     return;
   }
-  if (!driver_.release_page(page)) {
+  if (!driver_.release_chunk(page)) {
     leftover_pages_.push_back({page, page_size});
     leftover_page_bytes_ += page_size;
   }
@@ -115,7 +115,7 @@ Result<void> DeviceMemory::retry_leftovers() {
   // Mappings first: a page goes only when unmapped, a reservation only when nothing is mapped in it.
   std::erase_if(leftover_mappings_, [&](Address at) { return note(driver_.unmap(at)); });
   std::erase_if(leftover_pages_, [&](const LeftoverPage& page) {
-    if (!note(driver_.release_page(page.page))) return false;
+    if (!note(driver_.release_chunk(page.page))) return false;
     leftover_page_bytes_ -= page.size;
     return true;
   });

@@ -31,14 +31,14 @@ class DeviceMemory {
   // Creates `pages.size()` pages of `page_size`, maps them side by side from `at` and enables access. On
   // any failure everything is undone and the error is the driver's (Errc::out_of_memory when a page could
   // not be created).
-  Result<void> create_and_map(Address at, Bytes page_size, AccessCalls access, std::span<PageId> pages);
+  Result<void> create_and_map(Address at, Bytes page_size, AccessCalls access, std::span<ChunkId> pages);
   // Maps pages that already exist side by side from `at` (a second mapping of each) and enables them.
-  Result<void> map_existing(Address at, Bytes page_size, AccessCalls access, std::span<const PageId> pages);
+  Result<void> map_existing(Address at, Bytes page_size, AccessCalls access, std::span<const ChunkId> pages);
 
   // Removes the mapping at `at`; a refusal becomes a leftover.
   void unmap(Address at);
   // Removes the mapping at `at` and releases its page; refusals become leftovers.
-  void unmap_and_release(Address at, PageId page, Bytes page_size);
+  void unmap_and_release(Address at, ChunkId chunk, Bytes page_size);
 
   // Page bytes still held only because the driver refused to let them go.
   Bytes leftover_bytes() const noexcept { return leftover_page_bytes_; }
@@ -51,7 +51,7 @@ class DeviceMemory {
 
  private:
   struct LeftoverPage {
-    PageId page;
+    ChunkId page;
     Bytes size;
   };
 

@@ -45,7 +45,7 @@ class ExpandableSegments final : public CachingCore {
     Address base = 0;
     Bytes page_size = 0;
     std::size_t max_pages = 0;
-    std::vector<std::optional<PageId>> pages;  // trimmed of trailing empty slots, like PyTorch's handles_
+    std::vector<std::optional<ChunkId>> pages;  // trimmed of trailing empty slots, like PyTorch's handles_
     StreamId stream{};
     PoolKind pool = PoolKind::large;
     bool live = false;
@@ -194,7 +194,7 @@ Result<bool> ExpandableSegments::map_block(BlockId id, Bytes size) {
   // More pages than the device holds would fail at its capacity anyway: out of memory before a list of them
   // is made (as long as the request is large).
   if (end - begin > driver_.capacity() / seg.page_size) return false;
-  std::vector<PageId> pages(end - begin);
+  std::vector<ChunkId> pages(end - begin);
   auto done = memory_.create_and_map(seg.base + begin * seg.page_size, seg.page_size, AccessCalls::whole_range, pages);
   if (!done) {
     if (done.error().code == Errc::out_of_memory) return false;

@@ -361,7 +361,7 @@ BlockId GMLake::stitch(StreamId stream, Bytes size) {
   const Bytes excess = covered - size;  // a whole number of chunks: cut from the last (smallest) block
 
   std::vector<ChunkRef> refs;
-  std::vector<PageId> pages;
+  std::vector<ChunkId> pages;
   refs.reserve(size / kChunk);
   pages.reserve(size / kChunk);
   for (std::size_t k = 0; k < taken.size(); ++k) {

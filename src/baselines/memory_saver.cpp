@@ -2,7 +2,7 @@
 // CuMemAllocator (sleep mode). An allocation made under a tag other than "default" gets its own physical
 // handle: a virtual range reserved for it, one page of its size rounded up to the granularity created and
 // mapped there, access set (reserve, create, map, set_access: four driver calls per allocation, and four to
-// give it back: unmap, release_page, release_reservation, after a stream synchronization). pause(tag)
+// give it back: unmap, release_chunk, release_reservation, after a stream synchronization). pause(tag)
 // synchronizes the device, then for each live allocation of the tag copies it to a host buffer where
 // backup was asked, unmaps it and releases its page; the range stays reserved, so the address survives.
 // resume(tag) creates a page for each again, maps it at the same address, sets access, and copies the
@@ -77,7 +77,7 @@ class MemorySaver final : public DeviceAllocator {
     const Bytes rounded = align_up(size, memory_.granularity());
     auto base = memory_.reserve(rounded);
     if (!base) return std::move(base).error();
-    PageId page{};
+    ChunkId page{};
     if (auto mapped = map_page(*base, rounded, page); !mapped) {
       memory_.release_reservation(*base);
       return std::move(mapped).error();
@@ -147,7 +147,7 @@ class MemorySaver final : public DeviceAllocator {
     Driver& driver = memory_.driver();
     for (auto& [address, allocation] : tagged_) {
       if (allocation.tag != *tag || !allocation.paused) continue;
-      PageId page{};
+      ChunkId page{};
       if (auto mapped = map_page(address, allocation.rounded, page); !mapped) {
         if (mapped.error().code != Errc::out_of_memory) return mapped;
         return make_error(Errc::out_of_memory,
@@ -175,18 +175,18 @@ class MemorySaver final : public DeviceAllocator {
     Bytes rounded = 0;
     TagId tag = default_tag;
     StreamId stream{};
-    PageId page{};
+    ChunkId page{};
     bool paused = false;
     HostBuffer backup;
   };
 
   // One page of `size` mapped at `at` with access; on out of memory, once more after the untagged cache is
   // given back.
-  Result<void> map_page(Address at, Bytes size, PageId& page) {
-    auto mapped = memory_.create_and_map(at, size, AccessCalls::whole_range, std::span<PageId>(&page, 1));
+  Result<void> map_page(Address at, Bytes size, ChunkId& page) {
+    auto mapped = memory_.create_and_map(at, size, AccessCalls::whole_range, std::span<ChunkId>(&page, 1));
     if (mapped || mapped.error().code != Errc::out_of_memory) return mapped;
     if (auto emptied = untagged_->empty_cache(); !emptied) return emptied;
-    return memory_.create_and_map(at, size, AccessCalls::whole_range, std::span<PageId>(&page, 1));
+    return memory_.create_and_map(at, size, AccessCalls::whole_range, std::span<ChunkId>(&page, 1));
   }
 
   // The page (unless paused), the backup, and the range.

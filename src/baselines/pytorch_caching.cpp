@@ -16,7 +16,7 @@
 //     enough whole cached segments ≥ max_split_size and retry, synchronize all events and release every
 //     whole cached segment and retry once (a "retry"), then out of memory;
 //   - a segment is freed (cudaFree) only by that ladder, the GC and empty_cache.
-// On a driver, cudaMalloc is reserve + create_page + map + set_access of the segment, and cudaFree waits for
+// On a driver, cudaMalloc is reserve + create_chunk + map + set_access of the segment, and cudaFree waits for
 // the device (as cudaFree does implicitly), unmaps, releases the page and the reservation.
 #include <fmt/format.h>
 

@@ -105,8 +105,8 @@ std::string stats_json(const DeviceReport& report) {
     std::size_t index;  // in TesseraStats::pools; 2: both
   };
   const std::array<Pool, 3> pools{{{"all", &report.usage.all, 2},
-                                   {"small_pool", &report.usage.small_pool, static_cast<std::size_t>(MemoryPool::small)},
-                                   {"large_pool", &report.usage.large_pool, static_cast<std::size_t>(MemoryPool::large)}}};
+                                   {"small_pool", &report.usage.small_pool, static_cast<std::size_t>(SizePool::small)},
+                                   {"large_pool", &report.usage.large_pool, static_cast<std::size_t>(SizePool::large)}}};
   for (const Pool& pool : pools) {
     put_counter(json, fmt::format("allocation.{}", pool.name), pool.usage->allocation);
     put_counter(json, fmt::format("allocated_bytes.{}", pool.name), pool.usage->allocated_bytes);

@@ -68,9 +68,9 @@ tessera_npu_device_stats device_stats(const Device& device) {
   put(out.reserved_bytes, usage, &PoolUsage::mapped_bytes);
   out.reserved_bytes[TESSERA_NPU_STAT_AGGREGATE] = to_stat(usage.reserved_bytes);
   // Read from the allocator's state: the current value only, the others 0 (docs/pytorch.md says why).
-  for (const MemoryPool pool : {MemoryPool::small, MemoryPool::large}) {
+  for (const SizePool pool : {SizePool::small, SizePool::large}) {
     const PoolStats& figures = stats.pools[static_cast<std::size_t>(pool)];
-    const int index = pool == MemoryPool::small ? TESSERA_NPU_STAT_SMALL_POOL : TESSERA_NPU_STAT_LARGE_POOL;
+    const int index = pool == SizePool::small ? TESSERA_NPU_STAT_SMALL_POOL : TESSERA_NPU_STAT_LARGE_POOL;
     for (const int at : {index, static_cast<int>(TESSERA_NPU_STAT_AGGREGATE)}) {
       out.inactive_split[at].current += static_cast<std::int64_t>(figures.inactive_split);
       out.inactive_split_bytes[at].current += static_cast<std::int64_t>(figures.inactive_split_bytes);

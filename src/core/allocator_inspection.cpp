@@ -87,7 +87,7 @@ TesseraStats TesseraAllocatorImpl::tessera_stats() const {
   for (const auto& placement : placements_) stats.cached_bytes += idle_mapped_bytes(*placement, granule());
   stats.tags = tag_stats();
   stats.backup_cache_bytes = tags_.kept_buffer_bytes();
-  for (const MemoryPool pool : {MemoryPool::small, MemoryPool::large}) {
+  for (const SizePool pool : {SizePool::small, SizePool::large}) {
     PoolStats& figures = stats.pools[static_cast<std::size_t>(pool)];
     const PoolHeld held = held_by(pool);
     figures.mapped_bytes = held.mapped_bytes;
@@ -110,7 +110,7 @@ void TesseraAllocatorImpl::reset_peak_usage() {
 }
 
 // A shared block's segment counts its own pages: the slivers' granules are its home segment's.
-PoolHeld TesseraAllocatorImpl::held_by(MemoryPool pool) const {
+PoolHeld TesseraAllocatorImpl::held_by(SizePool pool) const {
   PoolHeld held;
   for (const auto& placement : placements_) {
     if (placement->arena().pool() != pool) continue;
@@ -384,7 +384,7 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   // Every granule of every chunk is mapped at exactly one slot or pooled.
   std::size_t chunk_granules = 0;
   std::optional<std::string> broken_chunk;
-  pool.visit_chunks([&](PageId chunk, std::uint32_t granules) {
+  pool.visit_chunks([&](ChunkId chunk, std::uint32_t granules) {
     chunk_granules += granules;
     const auto found = mapped_of_chunk.find(static_cast<std::uint64_t>(chunk));
     const std::size_t mapped = found == mapped_of_chunk.end() ? 0 : found->second;

@@ -21,7 +21,7 @@ namespace tessera::core {
 class Arena {
  public:
   // `index`: the arena's place among its allocator's arenas, so that a block leads back to its placement.
-  Arena(std::uint32_t index, StreamId stream, MemoryPool pool, TagId tag, Bytes granule)
+  Arena(std::uint32_t index, StreamId stream, SizePool pool, TagId tag, Bytes granule)
       : index_(index),
         stream_(stream),
         pool_(pool),
@@ -33,7 +33,7 @@ class Arena {
 
   std::uint32_t index() const noexcept { return index_; }
   StreamId stream() const noexcept { return stream_; }
-  MemoryPool pool() const noexcept { return pool_; }
+  SizePool pool() const noexcept { return pool_; }
   TagId tag() const noexcept { return tag_; }
   Bytes granule() const noexcept { return granule_; }
   const std::vector<Region>& regions() const noexcept { return regions_; }
@@ -64,7 +64,7 @@ class Arena {
  private:
   std::uint32_t index_;
   StreamId stream_;
-  MemoryPool pool_;
+  SizePool pool_;
   TagId tag_;
   Bytes granule_;  // a power of two (the driver contract): slot arithmetic shifts instead of dividing
   unsigned granule_shift_;

@@ -31,10 +31,10 @@ class HistoryRecorder final : public AllocatorObserver {
     if (capacity_ != 0) push_block(block, Kind::free);
   }
   // Pages made and given back change the pooled bytes; mappings move bytes between the pool and an address.
-  void pages_created(std::uint64_t /*count*/, Bytes bytes) override {
+  void chunks_created(std::uint64_t /*count*/, Bytes bytes) override {
     if (capacity_ != 0) pooled_delta_ += static_cast<std::int64_t>(bytes);
   }
-  void pages_released(std::uint64_t /*count*/, Bytes bytes) override {
+  void chunks_released(std::uint64_t /*count*/, Bytes bytes) override {
     if (capacity_ != 0) pooled_delta_ -= static_cast<std::int64_t>(bytes);
   }
   void pages_mapped(std::span<const PageMapping> mappings) override;

@@ -15,13 +15,13 @@ SliverMapping sliver_of(const SharedMapping& mapping, Address at, Bytes granule)
 
 }  // namespace
 
-Result<PageId> Mapper::create_chunk(std::uint32_t& granules) {
+Result<ChunkId> Mapper::create_chunk(std::uint32_t& granules) {
   while (true) {
-    auto chunk = driver_.create_page(granules * granule_);
+    auto chunk = driver_.create_chunk(granules * granule_);
     if (chunk) {
       pool_.add_chunk(*chunk, granules);
       held_ += granules * granule_;
-      observers_.notify([&](AllocatorObserver& observer) { observer.pages_created(1, granules * granule_); });
+      observers_.notify([&](AllocatorObserver& observer) { observer.chunks_created(1, granules * granule_); });
       return chunk;
     }
     if (chunk.error().code != Errc::out_of_memory || granules == 1) return chunk;
@@ -36,7 +36,7 @@ Result<void> Mapper::release_pooled(std::size_t granules_to_keep) {
   while (pool_.granules() > granules_to_keep) {
     const std::optional<Page> chunk = pool_.take_whole_chunk();
     if (!chunk) break;
-    if (auto done = driver_.release_page(chunk->chunk); !done) {
+    if (auto done = driver_.release_chunk(chunk->chunk); !done) {
       pool_.put(*chunk);
       failure = std::move(done);
       break;
@@ -47,7 +47,7 @@ Result<void> Mapper::release_pooled(std::size_t granules_to_keep) {
     released_bytes += chunk->granules * granule_;
   }
   if (released > 0) {
-    observers_.notify([&](AllocatorObserver& observer) { observer.pages_released(released, released_bytes); });
+    observers_.notify([&](AllocatorObserver& observer) { observer.chunks_released(released, released_bytes); });
   }
   return failure;
 }
@@ -293,7 +293,7 @@ void Mapper::unmap_all(Region& region) {
 }
 
 void Mapper::release_all_pooled() {
-  while (const std::optional<Page> chunk = pool_.take_whole_chunk()) (void)driver_.release_page(chunk->chunk);
+  while (const std::optional<Page> chunk = pool_.take_whole_chunk()) (void)driver_.release_chunk(chunk->chunk);
 }
 
 void Mapper::destroy_events(std::span<const EventId> events) {

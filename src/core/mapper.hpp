@@ -68,7 +68,7 @@ class Mapper {
 
   // A new chunk of at most `granules` (lowered to what was created): the size asked first, then halves of
   // it down to one granule, while the device itself runs out of memory. Held from now on, none of it pooled.
-  Result<PageId> create_chunk(std::uint32_t& granules);
+  Result<ChunkId> create_chunk(std::uint32_t& granules);
   // Gives wholly pooled chunks back to the device, largest first, until at most `granules_to_keep` stay
   // pooled or no chunk is wholly pooled (the pooled parts of a chunk still partly mapped stay).
   Result<void> release_pooled(std::size_t granules_to_keep);

@@ -28,7 +28,7 @@ struct PoolHeld {
 class PoolProbe {
  public:
   virtual ~PoolProbe() = default;
-  virtual PoolHeld held_by(MemoryPool pool) const = 0;
+  virtual PoolHeld held_by(SizePool pool) const = 0;
 };
 
 class Observers {
@@ -76,7 +76,7 @@ class Observers {
   void tell_pools() {
     pool_watch_.moved = false;
     if (probe_ == nullptr) return;
-    for (const MemoryPool pool : {MemoryPool::small, MemoryPool::large}) {
+    for (const SizePool pool : {SizePool::small, SizePool::large}) {
       const PoolHeld now = probe_->held_by(pool);
       PoolHeld& told = told_[static_cast<std::size_t>(pool)];
       if (now == told) continue;
@@ -91,7 +91,7 @@ class Observers {
   PoolWatch pool_watch_;
   std::vector<AllocatorObserver*> added_;
   const PoolProbe* probe_ = nullptr;
-  std::array<PoolHeld, 2> told_{};  // by MemoryPool
+  std::array<PoolHeld, 2> told_{};  // by SizePool
 };
 
 }  // namespace tessera::core

@@ -74,7 +74,7 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
   Backing& backing = backing_;
   Result<void> failure;
   // The chunk pages are cut from: [next, end) of it still unassigned.
-  PageId chunk{0};
+  ChunkId chunk{0};
   std::uint32_t chunk_next = 0;
   std::uint32_t chunk_end = 0;
   std::size_t still_needed = backing.missing();

@@ -1,6 +1,6 @@
 // Physical memory held and not mapped now, ready for reuse (layer 2), and the chunks it comes from.
 //
-// A chunk is one physical allocation from the driver (one create_page call) of a whole number of granules.
+// A chunk is one physical allocation from the driver (one create_chunk call) of a whole number of granules.
 // A page is what one mapping maps: a run of granules of one chunk, at an offset into it. Where the driver
 // can map part of a physical allocation (capability partial_map), one chunk serves a whole block's worth
 // of pages — one create call instead of one per page — and its pages are still mapped, unmapped and moved
@@ -25,7 +25,7 @@ namespace tessera::core {
 
 // A page: what one mapping maps, a run of granules of one chunk.
 struct Page {
-  PageId chunk{};
+  ChunkId chunk{};
   std::uint32_t granules = 0;
   std::uint32_t offset = 0;  // into the chunk, in granules
 };
@@ -36,15 +36,15 @@ class PagePool {
   std::size_t granules() const noexcept { return pooled_; }  // pooled
   std::size_t chunk_count() const noexcept { return chunks_.size(); }
   // The size of a chunk in granules (0 if unknown).
-  std::uint32_t chunk_granules(PageId chunk) const {
+  std::uint32_t chunk_granules(ChunkId chunk) const {
     auto found = chunks_.find(raw(chunk));
     return found == chunks_.end() ? 0 : found->second.granules;
   }
 
   // A chunk just created, none of it pooled yet.
-  void add_chunk(PageId chunk, std::uint32_t granules) { chunks_.emplace(raw(chunk), Chunk{granules, 0}); }
+  void add_chunk(ChunkId chunk, std::uint32_t granules) { chunks_.emplace(raw(chunk), Chunk{granules, 0}); }
   // A chunk given back to the device (all of it was taken out with take_whole_chunk).
-  void forget_chunk(PageId chunk) { chunks_.erase(raw(chunk)); }
+  void forget_chunk(ChunkId chunk) { chunks_.erase(raw(chunk)); }
 
   void put(Page page) {
     Chunk& chunk = chunks_.at(raw(page.chunk));
@@ -78,30 +78,30 @@ class PagePool {
     auto fit = by_size_.upper_bound({limit, UINT64_MAX, UINT32_MAX});
     if (fit != by_size_.begin()) {
       const auto [size, chunk, offset] = *std::prev(fit);
-      return take(Page{PageId{chunk}, size, offset});
+      return take(Page{ChunkId{chunk}, size, offset});
     }
     if (!split) return std::nullopt;
     const auto [size, chunk, offset] = *by_size_.begin();
-    take(Page{PageId{chunk}, size, offset});
-    put(Page{PageId{chunk}, size - limit, offset + limit});
-    return Page{PageId{chunk}, limit, offset};
+    take(Page{ChunkId{chunk}, size, offset});
+    put(Page{ChunkId{chunk}, size - limit, offset + limit});
+    return Page{ChunkId{chunk}, limit, offset};
   }
 
   // A chunk wholly pooled, the largest first, taken out of the pool (its run, offset 0, all of it).
   std::optional<Page> take_whole_chunk() {
     for (auto run = by_size_.rbegin(); run != by_size_.rend(); ++run) {
       const auto [size, chunk, offset] = *run;
-      if (offset == 0 && chunks_.at(chunk).granules == size) return take(Page{PageId{chunk}, size, offset});
+      if (offset == 0 && chunks_.at(chunk).granules == size) return take(Page{ChunkId{chunk}, size, offset});
     }
     return std::nullopt;
   }
 
   template <class Visit>
   void visit_chunks(Visit&& visit) const {
-    for (const auto& [id, chunk] : chunks_) visit(PageId{id}, chunk.granules);
+    for (const auto& [id, chunk] : chunks_) visit(ChunkId{id}, chunk.granules);
   }
   // Pooled granules of one chunk, for check().
-  std::uint32_t pooled_of(PageId chunk) const { return chunks_.at(raw(chunk)).pooled; }
+  std::uint32_t pooled_of(ChunkId chunk) const { return chunks_.at(raw(chunk)).pooled; }
 
  private:
   struct Chunk {
@@ -110,7 +110,7 @@ class PagePool {
   };
   using RunKey = std::pair<std::uint64_t, std::uint32_t>;  // chunk, offset
 
-  static std::uint64_t raw(PageId id) { return static_cast<std::uint64_t>(id); }
+  static std::uint64_t raw(ChunkId id) { return static_cast<std::uint64_t>(id); }
 
   Page take(Page page) {
     auto run = runs_.find({raw(page.chunk), page.offset});

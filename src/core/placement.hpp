@@ -23,7 +23,7 @@ class Placement {
  public:
   // `reclaim_list` is shared by every placement of one allocator: free blocks that may hold idle pages, in
   // the order they were freed. The placement keeps it current as blocks are carved and merged.
-  Placement(std::uint32_t index, StreamId stream, MemoryPool pool, TagId tag, Bytes granule, bool grows_down,
+  Placement(std::uint32_t index, StreamId stream, SizePool pool, TagId tag, Bytes granule, bool grows_down,
             ReclaimList& reclaim_list)
       : arena_(index, stream, pool, tag, granule), grows_down_(grows_down), reclaim_list_(reclaim_list), free_(grows_down) {}
   ~Placement();

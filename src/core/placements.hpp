@@ -18,10 +18,10 @@ class Placements {
  public:
   // Every bit of the stream counts; the size pool and the tag share one word, so that the cache compares two.
   using Key = std::pair<std::uintptr_t, std::uint64_t>;
-  static Key key(StreamId stream, MemoryPool pool, TagId tag) noexcept {
+  static Key key(StreamId stream, SizePool pool, TagId tag) noexcept {
     return {static_cast<std::uintptr_t>(stream), std::uint64_t{tag} << 8 | static_cast<std::uint8_t>(pool)};
   }
-  static MemoryPool pool_of(Key key) noexcept { return static_cast<MemoryPool>(key.second & 0xff); }
+  static SizePool pool_of(Key key) noexcept { return static_cast<SizePool>(key.second & 0xff); }
   static TagId tag_of(Key key) noexcept { return static_cast<TagId>(key.second >> 8); }
 
   // large_grows_down: whether large arenas grow down from the top of their regions (placement.hpp).
@@ -67,10 +67,10 @@ class Placements {
 inline Placement& Placements::find_or_add(Key key) {
   auto found = by_key_.find(key);
   if (found == by_key_.end()) {
-    const MemoryPool pool = pool_of(key);
+    const SizePool pool = pool_of(key);
     const auto index = static_cast<std::uint32_t>(list_.size());
     list_.push_back(std::make_unique<Placement>(index, static_cast<StreamId>(key.first), pool, tag_of(key), granule_,
-                                                pool == MemoryPool::large && large_grows_down_, reclaim_list_));
+                                                pool == SizePool::large && large_grows_down_, reclaim_list_));
     found = by_key_.emplace(key, list_.back().get()).first;
   }
   last_key_ = key;

@@ -42,7 +42,7 @@ class Region {
   std::size_t mapped_slots() const noexcept { return mapped_; }
 
   // Whether a page is mapped at the slot (accessible or not).
-  bool is_mapped(std::size_t slot) const noexcept { return in_table(slot) && chunks_[slot - table_low_] != PageId{0}; }
+  bool is_mapped(std::size_t slot) const noexcept { return in_table(slot) && chunks_[slot - table_low_] != ChunkId{0}; }
   bool is_accessible(std::size_t slot) const noexcept {
     if (!in_table(slot)) return false;
     const std::size_t index = slot - table_low_;
@@ -52,8 +52,8 @@ class Region {
   std::uint32_t page_granules_at(std::size_t slot) const noexcept {
     return in_table(slot) ? page_granules_[slot - table_low_] : 0;
   }
-  // The chunk mapped at `slot` (PageId{0}: none), and, at a page's head, where in the chunk the page starts.
-  PageId chunk_at(std::size_t slot) const noexcept { return in_table(slot) ? chunks_[slot - table_low_] : PageId{0}; }
+  // The chunk mapped at `slot` (ChunkId{0}: none), and, at a page's head, where in the chunk the page starts.
+  ChunkId chunk_at(std::size_t slot) const noexcept { return in_table(slot) ? chunks_[slot - table_low_] : ChunkId{0}; }
   std::uint32_t page_offset_at(std::size_t slot) const noexcept {
     return in_table(slot) ? page_offsets_[slot - table_low_] : 0;
   }
@@ -102,7 +102,7 @@ class Region {
   // fills k slots; its first slot (the head) records k in page_granules_ and the page's offset into its
   // chunk in page_offsets_, the others 0.
   std::size_t table_low_ = 0;  // a multiple of 64, so that a slot's bit keeps its place in its word
-  std::vector<PageId> chunks_;  // the chunk whose page is mapped at each slot; PageId{0}: none
+  std::vector<ChunkId> chunks_;  // the chunk whose page is mapped at each slot; ChunkId{0}: none
   std::vector<std::uint32_t> page_granules_;
   std::vector<std::uint32_t> page_offsets_;  // in granules
   // Bit per slot: mapped *and* accessible, for the fast path's whole-range check a word at a time. A page

@@ -25,7 +25,7 @@ struct SharedMapping {
 
 struct SharedBlock {
   Block block;  // arena null
-  MemoryPool pool = MemoryPool::large;
+  SizePool pool = SizePool::large;
   StreamId stream{};
   TagId tag = default_tag;
   Address base = 0;

@@ -160,9 +160,9 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
   };
   Block* tail_lent = plan.tail != nullptr ? lend(*plan.tail, plan.tail_used) : nullptr;
   Block* head_lent = plan.head != nullptr ? lend(*plan.head, plan.head_used) : nullptr;
-  if (head_lent != nullptr) shared->mappings.push_back({0, plan.head->granule, plan.head->arena, head_lent, false});
+  if (head_lent != nullptr) shared->mappings.push_back({0, plan.head->page, plan.head->arena, head_lent, false});
   for (const Assignment& assignment : middle) shared->mappings.push_back({assignment.head, assignment.page, nullptr, nullptr, false});
-  if (tail_lent != nullptr) shared->mappings.push_back({slots - 1, plan.tail->granule, plan.tail->arena, tail_lent, false});
+  if (tail_lent != nullptr) shared->mappings.push_back({slots - 1, plan.tail->page, plan.tail->arena, tail_lent, false});
 
   Result<void> failure = mapper_.map_shared(*shared);
   SharedBlock& kept = shared_.add(std::move(shared));

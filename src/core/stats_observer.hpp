@@ -11,14 +11,14 @@ namespace tessera::core {
 
 class StatsObserver final : public AllocatorObserver {
  public:
-  void pages_created(std::uint64_t count, Bytes bytes) override {
+  void chunks_created(std::uint64_t count, Bytes bytes) override {
     AllocatorStats& common = stats_.common;
     common.num_device_alloc += count;
     common.reserved_bytes += bytes;
     stats_.pooled_bytes += bytes;
     common.peak_reserved_bytes = std::max(common.peak_reserved_bytes, common.reserved_bytes);
   }
-  void pages_released(std::uint64_t count, Bytes bytes) override {
+  void chunks_released(std::uint64_t count, Bytes bytes) override {
     stats_.common.num_device_free += count;
     stats_.common.reserved_bytes -= bytes;
     stats_.pooled_bytes -= bytes;

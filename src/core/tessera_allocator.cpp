@@ -76,7 +76,7 @@ Bytes TesseraAllocatorImpl::round_size(Bytes size) const {
   return align_up(size, minimum_block);
 }
 
-Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, MemoryPool pool) {
+Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, SizePool pool) {
   const Address address = block->address;
   block->on_pause = current_on_pause();
   live_.insert(address, block);
@@ -95,7 +95,7 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   // lacks pages), through more branches; kept out of line, so that this path saves and restores little.
   if (size <= budget_.limit() && pending_.empty() && !mapper_.has_stale_events()) [[likely]] {
     const Bytes rounded = round_size(size);
-    const MemoryPool pool = pool_for(rounded);
+    const SizePool pool = pool_for(rounded);
     if (Placement* placement = placement_for(stream, pool, current_tag()); placement != nullptr) [[likely]] {
       Block* fit = placement->fit(rounded);
       if (fit != nullptr && placement->is_cached(*fit, rounded)) return hand_out(placement->take(fit, rounded, size), stream, pool);
@@ -117,7 +117,7 @@ Result<Address> TesseraAllocatorImpl::allocate_with_stack(Bytes size, StreamId s
 Result<Address> TesseraAllocatorImpl::allocate_slow(Bytes size, StreamId stream) {
   if (size > budget_.limit()) return out_of_memory(size, "larger than the memory this allocator may hold");
   const Bytes rounded = round_size(size);
-  const MemoryPool pool = pool_for(rounded);
+  const SizePool pool = pool_for(rounded);
   const TagId tag = current_tag();
   Placement* found = placement_for(stream, pool, tag);
   if (found == nullptr) {

@@ -73,7 +73,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
     Block* free_block = nullptr;
     Address at = 0;
     Bytes size = 0;
-    Page granule;  // the one granule of a chunk mapped at that slot
+    Page page;  // the one granule of a chunk mapped at that slot, as a page
   };
 
   struct Unbacked {
@@ -82,7 +82,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   };
 
   // What the observers are told of a block (pending: a free that waits for events).
-  static BlockEvent block_event(const Block& block, StreamId stream, MemoryPool pool, bool pending = false) {
+  static BlockEvent block_event(const Block& block, StreamId stream, SizePool pool, bool pending = false) {
     return BlockEvent{block.address, block.size, block.requested, stream, pool, pending};
   }
   static BlockEvent block_event(const Arena& arena, const Block& block) {
@@ -103,11 +103,11 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   [[gnu::noinline]] Result<Address> allocate_slow(Bytes size, StreamId stream);
   [[gnu::noinline]] Result<void> deallocate_slow(Address address);
   [[gnu::always_inline]] inline Bytes round_size(Bytes size) const;  // tessera_allocator.cpp alone calls it
-  MemoryPool pool_for(Bytes rounded) const noexcept {
-    return rounded <= config_.small_max ? MemoryPool::small : MemoryPool::large;
+  SizePool pool_for(Bytes rounded) const noexcept {
+    return rounded <= config_.small_max ? SizePool::small : SizePool::large;
   }
   // Null when the tag is paused (the cached placement is never a paused tag's).
-  Placement* placement_for(StreamId stream, MemoryPool pool, TagId tag) {
+  Placement* placement_for(StreamId stream, SizePool pool, TagId tag) {
     const Placements::Key key = Placements::key(stream, pool, tag);
     if (Placement* cached = placements_.cached(key)) return cached;
     return find_or_add_placement(key);
@@ -122,7 +122,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
                         bool take_idle);
   // Records a block just taken as live and tells the observers: the end of every allocation (inline: the
   // end of the fast path too; tessera_allocator.cpp alone calls it).
-  [[gnu::always_inline]] inline Address hand_out(Block* block, StreamId stream, MemoryPool pool);
+  [[gnu::always_inline]] inline Address hand_out(Block* block, StreamId stream, SizePool pool);
   Result<void> process_pending(bool wait);
 
   // sliver_sharing.cpp
@@ -158,7 +158,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   Bytes live_bytes_of(TagId tag);
 
   // allocator_inspection.cpp
-  PoolHeld held_by(MemoryPool pool) const override;  // PoolProbe: under the lock, as every notify is
+  PoolHeld held_by(SizePool pool) const override;  // PoolProbe: under the lock, as every notify is
   AllocatorSnapshot snapshot_locked() const;
   std::vector<TagStats> tag_stats() const;
   std::optional<std::string> check_tags() const;

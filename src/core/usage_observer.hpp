@@ -38,9 +38,9 @@ class UsageObserver final : public AllocatorObserver {
     of(event.pool).pending.remove(event);
     all_.pending.remove(event);
   }
-  void pages_created(std::uint64_t /*chunks*/, Bytes bytes) override { reserved_bytes_.add(bytes); }
-  void pages_released(std::uint64_t /*chunks*/, Bytes bytes) override { reserved_bytes_.remove(bytes); }
-  void pool_held(MemoryPool pool, Bytes mapped_bytes, std::uint64_t segments) override {
+  void chunks_created(std::uint64_t /*chunks*/, Bytes bytes) override { reserved_bytes_.add(bytes); }
+  void chunks_released(std::uint64_t /*chunks*/, Bytes bytes) override { reserved_bytes_.remove(bytes); }
+  void pool_held(SizePool pool, Bytes mapped_bytes, std::uint64_t segments) override {
     Pool& own = of(pool);
     // The aggregate moves by the pool's difference, so that its peak is the peak of the sum.
     all_.segment.set(all_.segment.current - own.segment.current + segments);
@@ -99,7 +99,7 @@ class UsageObserver final : public AllocatorObserver {
     Stat mapped_bytes;
   };
 
-  Pool& of(MemoryPool pool) noexcept { return pools_[pool == MemoryPool::small ? 0 : 1]; }
+  Pool& of(SizePool pool) noexcept { return pools_[pool == SizePool::small ? 0 : 1]; }
   void note_active_peaks(Pool& pool) noexcept;
   static PoolUsage usage_of(const Pool& pool, const Figures& live, const Figures& added);
 

@@ -337,7 +337,7 @@ class AscendDriver final : public detail::PlatformDriver {
     return {};
   }
 
-  Result<detail::PlatformHandle> platform_create_page(Bytes size) override {
+  Result<detail::PlatformHandle> platform_create_chunk(Bytes size) override {
     ContextScope scope(*api_, context_);
     if (!scope.status()) return scope.status().error();
     const auto prop = page_properties(device_);
@@ -348,7 +348,7 @@ class AscendDriver final : public detail::PlatformDriver {
     return from_handle(handle);
   }
 
-  Result<void> platform_release_page(detail::PlatformHandle handle, Bytes size) override {
+  Result<void> platform_release_chunk(detail::PlatformHandle handle, Bytes size) override {
     ContextScope scope(*api_, context_);
     if (!scope.status()) return scope.status();
     if (auto e = api_->free_physical(to_handle(handle)); e != acl::success) {

@@ -11,7 +11,7 @@ CapacityLimitDriver::CapacityLimitDriver(std::unique_ptr<Driver> inner, Bytes li
 
 Bytes CapacityLimitDriver::capacity() const noexcept { return std::min(limit_, ForwardingDriver::capacity()); }
 
-Result<PageId> CapacityLimitDriver::create_page(Bytes size) {
+Result<ChunkId> CapacityLimitDriver::create_chunk(Bytes size) {
   const Bytes held = census().page_bytes;
   const Bytes limit = capacity();
   if (size > limit || held > limit - size) {
@@ -20,7 +20,7 @@ Result<PageId> CapacityLimitDriver::create_page(Bytes size) {
                                   "capacity limit are in use",
                                   name(), size, held, limit));
   }
-  return ForwardingDriver::create_page(size);
+  return ForwardingDriver::create_chunk(size);
 }
 
 }  // namespace tessera

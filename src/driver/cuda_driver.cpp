@@ -501,7 +501,7 @@ class CudaDriver final : public detail::PlatformDriver {
                  [&] { return fmt::format("cuMemAddressFree({:#x}, {} bytes)", base, size); });
   }
 
-  Result<detail::PlatformHandle> platform_create_page(Bytes size) override {
+  Result<detail::PlatformHandle> platform_create_chunk(Bytes size) override {
     ContextScope scope(*api_, context_);
     if (!scope.status()) return scope.status().error();
     const auto prop = page_properties(ordinal_);
@@ -512,7 +512,7 @@ class CudaDriver final : public detail::PlatformDriver {
     return detail::PlatformHandle{handle};
   }
 
-  Result<void> platform_release_page(detail::PlatformHandle handle, Bytes size) override {
+  Result<void> platform_release_chunk(detail::PlatformHandle handle, Bytes size) override {
     ContextScope scope(*api_, context_);
     if (!scope.status()) return scope.status();
     return check(api_->mem_release(handle), [&] { return fmt::format("cuMemRelease(page of {} bytes)", size); });

@@ -22,16 +22,16 @@ Result<Address> ForwardingDriver::reserve(Bytes size, Bytes alignment) {
 Result<void> ForwardingDriver::release_reservation(Address base) {
   return forward(DriverCall::release_reservation, [&] { return inner_->release_reservation(base); });
 }
-Result<PageId> ForwardingDriver::create_page(Bytes size) {
-  return forward(DriverCall::create_page, [&] { return inner_->create_page(size); });
+Result<ChunkId> ForwardingDriver::create_chunk(Bytes size) {
+  return forward(DriverCall::create_chunk, [&] { return inner_->create_chunk(size); });
 }
-Result<void> ForwardingDriver::release_page(PageId page) {
-  return forward(DriverCall::release_page, [&] { return inner_->release_page(page); });
+Result<void> ForwardingDriver::release_chunk(ChunkId page) {
+  return forward(DriverCall::release_chunk, [&] { return inner_->release_chunk(page); });
 }
-Result<void> ForwardingDriver::map(Address at, PageId page) {
+Result<void> ForwardingDriver::map(Address at, ChunkId page) {
   return forward(DriverCall::map, [&] { return inner_->map(at, page); });
 }
-Result<void> ForwardingDriver::map_part(Address at, PageId page, Bytes offset, Bytes size) {
+Result<void> ForwardingDriver::map_part(Address at, ChunkId page, Bytes offset, Bytes size) {
   return forward(DriverCall::map, [&] { return inner_->map_part(at, page, offset, size); });
 }
 Result<void> ForwardingDriver::set_access(Address at, Bytes size) {

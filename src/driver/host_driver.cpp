@@ -223,7 +223,7 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
     return {};
   }
 
-  Result<PlatformHandle> platform_create_page(Bytes size) override {
+  Result<PlatformHandle> platform_create_chunk(Bytes size) override {
     if (!fork_copy_failed_.empty()) return make_error(Errc::unavailable, fork_copy_failed_);
     auto offset = space_.take(size);
     if (!offset) {
@@ -233,10 +233,10 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
     return PlatformHandle{*offset};
   }
 
-  Result<void> platform_release_page(PlatformHandle offset, Bytes size) override {
+  Result<void> platform_release_chunk(PlatformHandle offset, Bytes size) override {
     if (fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
                   static_cast<off_t>(size)) != 0) {
-      return errno_error(Errc::platform, "fallocate (release_page)", errno);
+      return errno_error(Errc::platform, "fallocate (release_chunk)", errno);
     }
     space_.give_back(offset, size);
     return {};

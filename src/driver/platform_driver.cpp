@@ -9,7 +9,7 @@ namespace {
 
 std::string hex(Address address) { return fmt::format("{:#x}", address); }
 
-std::uint64_t raw(PageId page) { return static_cast<std::uint64_t>(page); }
+std::uint64_t raw(ChunkId page) { return static_cast<std::uint64_t>(page); }
 std::uint64_t raw(EventId event) { return static_cast<std::uint64_t>(event); }
 
 }  // namespace
@@ -42,7 +42,7 @@ DriverCensus PlatformDriver::census() const {
                       .host_bytes = host_bytes_};
 }
 
-const PageRecord* PlatformDriver::find_page(PageId page) const {
+const PageRecord* PlatformDriver::find_page(ChunkId page) const {
   auto found = pages_.find(raw(page));
   return found == pages_.end() ? nullptr : &found->second;
 }
@@ -82,7 +82,7 @@ Result<void> PlatformDriver::release_reservation(Address base) {
   return {};
 }
 
-Result<PageId> PlatformDriver::create_page(Bytes size) {
+Result<ChunkId> PlatformDriver::create_chunk(Bytes size) {
   if (size == 0 || !is_aligned(size, granularity_)) {
     return refuse(Errc::invalid_argument,
                   fmt::format("page size {} is not a positive multiple of the granule {}", size, granularity_));
@@ -91,30 +91,30 @@ Result<PageId> PlatformDriver::create_page(Bytes size) {
     return refuse(Errc::out_of_memory, fmt::format("cannot create a page of {} bytes: {} of {} bytes are in use",
                                                    size, page_bytes_, capacity_));
   }
-  auto handle = platform_create_page(size);
+  auto handle = platform_create_chunk(size);
   if (!handle) return std::move(handle).error();
-  const PageId page{next_page_++};
+  const ChunkId page{next_page_++};
   pages_.emplace(raw(page), PageRecord{.handle = *handle, .size = size, .mappings = 0, .parts = {}});
   page_bytes_ += size;
   return page;
 }
 
-Result<void> PlatformDriver::release_page(PageId page) {
+Result<void> PlatformDriver::release_chunk(ChunkId page) {
   auto found = pages_.find(raw(page));
   if (found == pages_.end()) return refuse(Errc::not_found, fmt::format("no page {}", raw(page)));
   if (found->second.mappings != 0) {
     return refuse(Errc::still_mapped,
                   fmt::format("page {} still has {} mapping(s)", raw(page), found->second.mappings));
   }
-  if (auto done = platform_release_page(found->second.handle, found->second.size); !done) return done;
+  if (auto done = platform_release_chunk(found->second.handle, found->second.size); !done) return done;
   page_bytes_ -= found->second.size;
   pages_.erase(found);
   return {};
 }
 
-Result<void> PlatformDriver::map(Address at, PageId page) { return map_checked(at, page, 0, std::nullopt); }
+Result<void> PlatformDriver::map(Address at, ChunkId page) { return map_checked(at, page, 0, std::nullopt); }
 
-Result<void> PlatformDriver::map_part(Address at, PageId page, Bytes offset, Bytes size) {
+Result<void> PlatformDriver::map_part(Address at, ChunkId page, Bytes offset, Bytes size) {
   if (!capabilities_.partial_map) {
     return refuse(Errc::unsupported, "map_part: this driver maps whole pages only (capability partial_map)");
   }
@@ -122,7 +122,7 @@ Result<void> PlatformDriver::map_part(Address at, PageId page, Bytes offset, Byt
 }
 
 // size: nullopt for the whole page.
-Result<void> PlatformDriver::map_checked(Address at, PageId page, Bytes offset, std::optional<Bytes> part) {
+Result<void> PlatformDriver::map_checked(Address at, ChunkId page, Bytes offset, std::optional<Bytes> part) {
   auto found = pages_.find(raw(page));
   if (found == pages_.end()) return refuse(Errc::not_found, fmt::format("no page {}", raw(page)));
   PageRecord& record = found->second;

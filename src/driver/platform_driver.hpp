@@ -35,7 +35,7 @@ struct HostBufferRecord {
 };
 
 struct MappingRecord {
-  PageId page{};
+  ChunkId page{};
   Bytes offset = 0;  // into the page
   Bytes size = 0;
   bool accessible = false;
@@ -62,10 +62,10 @@ class PlatformDriver : public Driver {
 
   Result<Address> reserve(Bytes size, Bytes alignment = 0) final;
   Result<void> release_reservation(Address base) final;
-  Result<PageId> create_page(Bytes size) final;
-  Result<void> release_page(PageId page) final;
-  Result<void> map(Address at, PageId page) final;
-  Result<void> map_part(Address at, PageId page, Bytes offset, Bytes size) final;
+  Result<ChunkId> create_chunk(Bytes size) final;
+  Result<void> release_chunk(ChunkId chunk) final;
+  Result<void> map(Address at, ChunkId chunk) final;
+  Result<void> map_part(Address at, ChunkId chunk, Bytes offset, Bytes size) final;
   Result<void> set_access(Address at, Bytes size) final;
   Result<void> unmap(Address at) final;
   Result<EventId> create_event() final;
@@ -87,8 +87,8 @@ class PlatformDriver : public Driver {
 
   virtual Result<Address> platform_reserve(Bytes size, Bytes alignment) = 0;
   virtual Result<void> platform_release_reservation(Address base, Bytes size) = 0;
-  virtual Result<PlatformHandle> platform_create_page(Bytes size) = 0;
-  virtual Result<void> platform_release_page(PlatformHandle handle, Bytes size) = 0;
+  virtual Result<PlatformHandle> platform_create_chunk(Bytes size) = 0;
+  virtual Result<void> platform_release_chunk(PlatformHandle handle, Bytes size) = 0;
   // Bytes [offset, offset + size) of the page; offset is 0 unless the capability partial_map is set.
   virtual Result<void> platform_map(Address at, PlatformHandle handle, Bytes offset, Bytes size) = 0;
   virtual Result<void> platform_set_access(Address at, Bytes size) = 0;
@@ -116,11 +116,11 @@ class PlatformDriver : public Driver {
   const std::map<Address, MappingRecord>& mappings() const noexcept { return mappings_; }
   const std::map<Address, Bytes>& reservations() const noexcept { return reservations_; }
   const std::unordered_map<std::uint64_t, HostBufferRecord>& host_buffers() const noexcept { return host_buffers_; }
-  const PageRecord* find_page(PageId page) const;
+  const PageRecord* find_page(ChunkId chunk) const;
 
  private:
   Result<void> check_range_mapped(Address at, Bytes size, bool need_access, std::string_view what) const;
-  Result<void> map_checked(Address at, PageId page, Bytes offset, std::optional<Bytes> size);
+  Result<void> map_checked(Address at, ChunkId chunk, Bytes offset, std::optional<Bytes> size);
   Result<PlatformHandle> event_handle(EventId event) const;
   // The buffer a copy names, checked: host_backup present, size positive and within the buffer.
   Result<const HostBufferRecord*> copy_buffer(const HostBuffer& buffer, Bytes size, std::string_view what) const;

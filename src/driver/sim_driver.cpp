@@ -13,12 +13,12 @@ LatencyModel LatencyModel::a100() {
   LatencyModel model;
   // Published figures (kvcached's VMM benchmark on an A100).
   model[DriverCall::reserve] = {19.0, 0.0};       // 8 GB reservation; taken as size-independent
-  model[DriverCall::create_page] = {193.0, 0.0};  // cuMemCreate of 2 MiB
+  model[DriverCall::create_chunk] = {193.0, 0.0};  // cuMemCreate of 2 MiB
   model[DriverCall::map] = {1.45, 0.0};           // per call: larger handles map as fast as small ones
   model[DriverCall::set_access] = {36.0, 0.0};
   model[DriverCall::unmap] = {25.6, 0.0};
   // Assumptions, until a measurement replaces them (docs/drivers.md).
-  model[DriverCall::release_page] = {10.0, 0.0};
+  model[DriverCall::release_chunk] = {10.0, 0.0};
   model[DriverCall::release_reservation] = {19.0, 0.0};
   model[DriverCall::create_event] = {1.0, 0.0};
   model[DriverCall::record_event] = {2.0, 0.0};
@@ -93,12 +93,12 @@ class SimDriver final : public detail::PlatformDriver, public SimClock {
     charge(DriverCall::release_reservation, size);
     return {};
   }
-  Result<PlatformHandle> platform_create_page(Bytes size) override {
-    charge(DriverCall::create_page, size);
+  Result<PlatformHandle> platform_create_chunk(Bytes size) override {
+    charge(DriverCall::create_chunk, size);
     return next_page_++;
   }
-  Result<void> platform_release_page(PlatformHandle, Bytes size) override {
-    charge(DriverCall::release_page, size);
+  Result<void> platform_release_chunk(PlatformHandle, Bytes size) override {
+    charge(DriverCall::release_chunk, size);
     return {};
   }
   Result<void> platform_map(Address, PlatformHandle, Bytes, Bytes size) override {

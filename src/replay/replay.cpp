@@ -271,7 +271,7 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
   std::uint64_t page_calls = 0;
   auto observe = [&](std::size_t index, Bytes live, bool iteration_marker, bool paused) {
     const CallTally& tally = rig->driver->tally();
-    const std::uint64_t page_calls_now = tally.calls_of(DriverCall::create_page) + tally.calls_of(DriverCall::release_page);
+    const std::uint64_t page_calls_now = tally.calls_of(DriverCall::create_chunk) + tally.calls_of(DriverCall::release_chunk);
     if (page_calls_now != page_calls) {
       page_calls = page_calls_now;
       reserved = driver.census().page_bytes;

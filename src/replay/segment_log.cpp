@@ -13,9 +13,9 @@ SegmentObserver SegmentLog::baseline_observer() {
   };
 }
 
-void SegmentLog::pages_created(std::uint64_t /*count*/, Bytes bytes) { add(SegmentChange::Kind::pooled, 0, bytes); }
+void SegmentLog::chunks_created(std::uint64_t /*count*/, Bytes bytes) { add(SegmentChange::Kind::pooled, 0, bytes); }
 
-void SegmentLog::pages_released(std::uint64_t /*count*/, Bytes bytes) { add(SegmentChange::Kind::unpooled, 0, bytes); }
+void SegmentLog::chunks_released(std::uint64_t /*count*/, Bytes bytes) { add(SegmentChange::Kind::unpooled, 0, bytes); }
 
 // The stream is the region's; the snapshot writer takes it from the allocator's state.
 void SegmentLog::pages_mapped(std::span<const PageMapping> mappings) {

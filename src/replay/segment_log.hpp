@@ -22,8 +22,8 @@ class SegmentLog final : public AllocatorObserver {
 
   // Tessera's pages: made and given back change the pooled bytes, mapped and unmapped move them to and from
   // an address.
-  void pages_created(std::uint64_t count, Bytes bytes) override;
-  void pages_released(std::uint64_t count, Bytes bytes) override;
+  void chunks_created(std::uint64_t count, Bytes bytes) override;
+  void chunks_released(std::uint64_t count, Bytes bytes) override;
   void pages_mapped(std::span<const PageMapping> mappings) override;
   void pages_unmapped(std::span<const PageMapping> mappings) override;
   // A sliver's bytes move from its home to the shared block that uses them, and back: each physical byte is

@@ -305,7 +305,7 @@ Result<std::vector<OutSegment>> state_segments(const Trace& trace, const std::ve
   std::vector<OutSegment> segments;
   for (const SnapshotSegment& from : state.segments) {
     OutSegment segment{
-        from.address, from.total_size, static_cast<std::uint64_t>(from.stream), from.pool == MemoryPool::small, {}};
+        from.address, from.total_size, static_cast<std::uint64_t>(from.stream), from.pool == SizePool::small, {}};
     std::vector<SnapshotBlock> blocks = from.blocks;
     std::sort(blocks.begin(), blocks.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
     Address cursor = from.address;

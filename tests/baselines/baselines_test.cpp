@@ -209,8 +209,8 @@ TEST_P(EveryModel, DriverFaultsNeverLeakOrCorruptTheBookkeeping) {
   auto allocator = make(*driver);
   std::mt19937_64 rng(3);
   const DriverCall kinds[] = {
-      DriverCall::reserve,     DriverCall::create_page,       DriverCall::map,          DriverCall::set_access,
-      DriverCall::unmap,       DriverCall::release_page,      DriverCall::record_event, DriverCall::synchronize_device,
+      DriverCall::reserve,     DriverCall::create_chunk,       DriverCall::map,          DriverCall::set_access,
+      DriverCall::unmap,       DriverCall::release_chunk,      DriverCall::record_event, DriverCall::synchronize_device,
       DriverCall::query_event, DriverCall::synchronize_stream};
   std::vector<Address> live;
   for (int op = 0; op < 1500; ++op) {

@@ -48,7 +48,7 @@ TEST_F(ExpandableModel, GrowsByMappingOnlyWhatIsMissing) {
 
   const Address a = alloc(*allocator, 30 * MiB);
   EXPECT_EQ(driver->census().page_bytes, 40 * MiB);
-  EXPECT_EQ(calls->tally().calls_of(DriverCall::create_page), 2u);
+  EXPECT_EQ(calls->tally().calls_of(DriverCall::create_chunk), 2u);
   EXPECT_EQ(calls->tally().calls_of(DriverCall::map), 2u);
   EXPECT_EQ(calls->tally().calls_of(DriverCall::set_access), 1u) << "one set_access over the new range";
 

@@ -31,7 +31,7 @@ TEST_F(GMLakeModel, SmallPoolIsPyTorchsAndLargeSegmentsAreChunks) {
   alloc(*allocator, 5 * MiB);
   EXPECT_EQ(log.allocs(), (std::vector<Bytes>{2 * MiB, 20 * MiB}));
   EXPECT_EQ(driver->census().pages, 11u) << "a 20 MiB segment is ten 2 MiB chunks";
-  EXPECT_EQ(calls->tally().calls_of(DriverCall::create_page), 10u);
+  EXPECT_EQ(calls->tally().calls_of(DriverCall::create_chunk), 10u);
   EXPECT_EQ(calls->tally().calls_of(DriverCall::map), 10u);
   EXPECT_EQ(calls->tally().calls_of(DriverCall::set_access), 10u);
   EXPECT_EQ(calls->tally().calls_of(DriverCall::reserve), 1u);

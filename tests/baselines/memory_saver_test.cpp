@@ -40,7 +40,7 @@ TEST_F(MemorySaverModel, TaggedAllocationsAreOneHandleEach) {
     second = alloc(*allocator, 3 * MiB);
   }
   EXPECT_EQ(calls->tally().calls_of(DriverCall::reserve), 2u);
-  EXPECT_EQ(calls->tally().calls_of(DriverCall::create_page), 2u);
+  EXPECT_EQ(calls->tally().calls_of(DriverCall::create_chunk), 2u);
   EXPECT_EQ(host->census().page_bytes, 8 * MiB) << "each rounded up to the 2 MiB granularity on its own";
   EXPECT_EQ(allocator->stats().reserved_bytes, 8 * MiB);
   release(*allocator, first);

@@ -278,7 +278,7 @@ TEST_F(PyTorchModel, ASegmentIsOneReserveCreateMapAndAccess) {
   const Address a = alloc(*allocator, 5 * MiB);
   const CallTally& tally = calls->tally();
   EXPECT_EQ(tally.calls_of(DriverCall::reserve), 1u);
-  EXPECT_EQ(tally.calls_of(DriverCall::create_page), 1u);
+  EXPECT_EQ(tally.calls_of(DriverCall::create_chunk), 1u);
   EXPECT_EQ(tally.calls_of(DriverCall::map), 1u);
   EXPECT_EQ(tally.calls_of(DriverCall::set_access), 1u);
   release(*allocator, a);
@@ -303,7 +303,7 @@ TEST_F(PyTorchModel, DriverFailuresLeaveNothingBehind) {
   EXPECT_EQ(driver->census().reservations, 0u);
   EXPECT_EQ(allocator->stats().reserved_bytes, 0u);
 
-  inject->fail(DriverCall::create_page, 1, FaultInjectingDriver::Repeat::once, Errc::out_of_memory);
+  inject->fail(DriverCall::create_chunk, 1, FaultInjectingDriver::Repeat::once, Errc::out_of_memory);
   alloc(*allocator, 5 * MiB);  // out of memory once: the ladder's retry succeeds
   EXPECT_EQ(allocator->stats().num_alloc_retries, 1u);
   EXPECT_EQ(driver->census().pages, 1u);

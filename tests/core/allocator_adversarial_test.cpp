@@ -60,7 +60,7 @@ Bytes rounded(Bytes size) { return size < 512 ? 512 : align_up(size, 512); }
 
 const std::vector<DriverCall>& allocator_calls() {
   static const std::vector<DriverCall> calls = {
-      DriverCall::reserve,      DriverCall::create_page,       DriverCall::release_page,  DriverCall::map,
+      DriverCall::reserve,      DriverCall::create_chunk,       DriverCall::release_chunk,  DriverCall::map,
       DriverCall::set_access,   DriverCall::unmap,             DriverCall::create_event,  DriverCall::record_event,
       DriverCall::query_event,  DriverCall::synchronize_event, DriverCall::destroy_event, DriverCall::synchronize_stream,
       DriverCall::synchronize_device};
@@ -321,7 +321,7 @@ class Adversarial : public ::testing::Test {
 // ---------------------------------------------------------------------------------------------------------
 // Every driver call of every script failing, one at a time.
 
-// Allocation on an empty device: reserve (first block of each stream and pool), create_page, map,
+// Allocation on an empty device: reserve (first block of each stream and pool), create_chunk, map,
 // set_access, with single-granule pages and with pages of 16 granules, cut from chunks (the default) or
 // each its own chunk (chunk_max_mb:0).
 TEST_F(Adversarial, EveryCallOfAllocationMayFail) {
@@ -340,7 +340,7 @@ TEST_F(Adversarial, EveryCallOfAllocationMayFail) {
       (void)c;
       (void)d;
     };
-    for (DriverCall kind : {DriverCall::reserve, DriverCall::create_page, DriverCall::map, DriverCall::set_access}) {
+    for (DriverCall kind : {DriverCall::reserve, DriverCall::create_chunk, DriverCall::map, DriverCall::set_access}) {
       EXPECT_GT(sweep(kind, Repeat::once, setup, script), 0) << to_string(kind);
       EXPECT_GT(sweep(kind, Repeat::from_then_on, setup, script), 0) << to_string(kind);
       if (HasFailure()) return;
@@ -417,7 +417,7 @@ TEST_F(Adversarial, EveryCallWithMultiGranulePagesMayFail) {
   }
 }
 
-// Garbage collection after each slow path: release_page, unmap and synchronize_stream failing inside it
+// Garbage collection after each slow path: release_chunk, unmap and synchronize_stream failing inside it
 // must not fail the allocation that triggered it, nor lose anything.
 TEST_F(Adversarial, EveryCallOfGarbageCollectionMayFail) {
   auto setup = [&] { make(16 * granule, "garbage_collection_threshold:0.5"); };
@@ -431,7 +431,7 @@ TEST_F(Adversarial, EveryCallOfGarbageCollectionMayFail) {
       step_free(c);
     }
   };
-  for (DriverCall kind : {DriverCall::release_page, DriverCall::unmap, DriverCall::synchronize_stream}) {
+  for (DriverCall kind : {DriverCall::release_chunk, DriverCall::unmap, DriverCall::synchronize_stream}) {
     EXPECT_GT(sweep(kind, Repeat::once, setup, script), 0) << to_string(kind);
     sweep(kind, Repeat::from_then_on, setup, script);
     if (HasFailure()) return;
@@ -472,7 +472,7 @@ TEST_F(Adversarial, EveryCallOfPendingFreesMayFail) {
   }
 }
 
-// set_memory_fraction gives back pooled pages, then idle ones (synchronize_stream, unmap, release_page).
+// set_memory_fraction gives back pooled pages, then idle ones (synchronize_stream, unmap, release_chunk).
 TEST_F(Adversarial, EveryCallOfMemoryFractionMayFail) {
   for (const char* config : {"", "page_max_mb:1,small_max_kb:64"}) {
     SCOPED_TRACE(config);
@@ -495,7 +495,7 @@ TEST_F(Adversarial, EveryCallOfMemoryFractionMayFail) {
       step_fraction(0.125);
       (void)over;
     };
-    for (DriverCall kind : {DriverCall::release_page, DriverCall::unmap, DriverCall::synchronize_stream}) {
+    for (DriverCall kind : {DriverCall::release_chunk, DriverCall::unmap, DriverCall::synchronize_stream}) {
       EXPECT_GT(sweep(kind, Repeat::once, setup, script), 0) << to_string(kind);
       sweep(kind, Repeat::from_then_on, setup, script);
       if (HasFailure()) return;
@@ -856,7 +856,7 @@ TEST_F(Adversarial, ReclaimPolicies) {
 TEST_F(Adversarial, ReclaimCountsPagesNotGranules) {
   make(64 * granule, "small_max_kb:64,page_max_mb:1");
   const Address block = alloc(16 * granule);
-  ASSERT_EQ(driver_->tally().calls_of(DriverCall::create_page), 1u);
+  ASSERT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), 1u);
   free_(block);
   const TesseraStats before = allocator_->tessera_stats();
   must(allocator_->empty_cache());
@@ -872,7 +872,7 @@ TEST_F(Adversarial, StitchCountsOnlyPagesThatMoved) {
   make(20 * granule, "small_max_kb:64,page_max_mb:1,chunk_max_mb:0");
   const Address idle = alloc(16 * granule);              // one page of 16 granules
   const Address live = alloc(4 * granule, StreamId{1});  // one page of 4: the device is full
-  ASSERT_EQ(driver_->tally().calls_of(DriverCall::create_page), 2u);
+  ASSERT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), 2u);
   free_(idle);
   const TesseraStats before = allocator_->tessera_stats();
   // 8 granules on stream 2: the idle 16-granule page is taken, fits no hole of 8, goes back to the device

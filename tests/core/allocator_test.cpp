@@ -116,7 +116,7 @@ TEST_F(AllocatorTest, SmallAndLargeRequestsLiveInSeparatePools) {
   const AllocatorSnapshot snapshot = allocator_->snapshot();
   ASSERT_EQ(snapshot.segments.size(), 2u);
   for (const SnapshotSegment& segment : snapshot.segments) {
-    const Address expected = segment.pool == MemoryPool::small ? small : large;
+    const Address expected = segment.pool == SizePool::small ? small : large;
     std::vector<Address> allocated;
     for (const SnapshotBlock& block : segment.blocks) {
       if (block.state == SnapshotBlock::State::active_allocated) allocated.push_back(block.address);
@@ -125,7 +125,7 @@ TEST_F(AllocatorTest, SmallAndLargeRequestsLiveInSeparatePools) {
   }
   // The small pool grows up from its region's start, the large pool down from its region's end.
   for (const SnapshotSegment& segment : snapshot.segments) {
-    if (segment.pool == MemoryPool::small) {
+    if (segment.pool == SizePool::small) {
       EXPECT_EQ(small, segment.address);
     } else {
       EXPECT_EQ(large + 256 * KiB, segment.address + segment.total_size);
@@ -299,7 +299,7 @@ TEST_F(AllocatorTest, GarbageCollectionKeepsTheFootprintUnderTheThreshold) {
 TEST_F(AllocatorTest, ABlocksPagesComeFromOneChunkThatGoesBackWhenAllOfItIsIdle) {
   make(16 * granule, must(parse_allocator_config("garbage_collection_threshold:0.5,chunk_max_mb:1")));
   const Address a = must(allocator_->allocate(5 * granule, default_stream));
-  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_page), 1u) << "one chunk for five pages";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), 1u) << "one chunk for five pages";
   EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 5u) << "each page mapped on its own";
   EXPECT_EQ(driver_->census().mappings, 5u);
   fill(a, 5 * granule, 7);
@@ -312,9 +312,9 @@ TEST_F(AllocatorTest, ABlocksPagesComeFromOneChunkThatGoesBackWhenAllOfItIsIdle)
   // A chunk larger than chunk_max is never made: 20 granules of 64 KiB in chunks of at most 16.
   must(allocator_->deallocate(b));
   must(allocator_->empty_cache());
-  const std::uint64_t created = driver_->tally().calls_of(DriverCall::create_page);
+  const std::uint64_t created = driver_->tally().calls_of(DriverCall::create_chunk);
   const Address c = must(allocator_->allocate(16 * granule, default_stream));
-  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_page), created + 1);
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), created + 1);
   must(allocator_->deallocate(c));
 }
 
@@ -365,7 +365,7 @@ TEST_F(AllocatorTest, AFailingSetAccessDuringAllocationLosesNothing) {
 TEST_F(AllocatorTest, WithLargePagesTheInsideOfALargeBlockIsOnePage) {
   make(64 * granule, must(parse_allocator_config("small_max_kb:64,page_max_mb:32")));
   const Address block = must(allocator_->allocate(10 * granule, default_stream));
-  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_page), 1u) << "one page for the whole block";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), 1u) << "one page for the whole block";
   EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 1u);
   EXPECT_EQ(driver_->tally().calls_of(DriverCall::set_access), 1u);
   fill(block, 10 * granule, 3);
@@ -464,12 +464,12 @@ TEST(AllocatorTeardown, EachChunkGoesBackOnceAfterAllItsPagesAreUnmapped) {
     auto allocator = must(make_tessera_allocator(counting));
     (void)must(allocator->allocate(3 * granule, default_stream));  // one chunk, three pages
     (void)must(allocator->allocate(700, StreamId{2}));            // another chunk, in the small pool
-    ASSERT_EQ(counting.tally().calls_of(DriverCall::create_page), 2u);
+    ASSERT_EQ(counting.tally().calls_of(DriverCall::create_chunk), 2u);
     counting.reset();
   }
   EXPECT_EQ(counting.census(), DriverCensus{}) << "everything went back";
-  EXPECT_EQ(counting.tally().calls_of(DriverCall::release_page), 2u);
-  EXPECT_EQ(counting.tally().failures_of(DriverCall::release_page), 0u);
+  EXPECT_EQ(counting.tally().calls_of(DriverCall::release_chunk), 2u);
+  EXPECT_EQ(counting.tally().failures_of(DriverCall::release_chunk), 0u);
 }
 
 // pages_stitched counts the pages that reclaim moved in this call, not every page of the same chunk (found

@@ -24,9 +24,9 @@ struct BudgetTest : ::testing::Test {
   Mapper mapper{driver, observers};
   Budget budget{mapper};
 
-  PageId create(std::uint32_t granules) {
+  ChunkId create(std::uint32_t granules) {
     std::uint32_t size = granules;
-    const PageId chunk = must(mapper.create_chunk(size));
+    const ChunkId chunk = must(mapper.create_chunk(size));
     EXPECT_EQ(size, granules);
     mapper.pool_page(Page{chunk, granules, 0});  // held, pooled
     return chunk;

@@ -25,7 +25,7 @@ struct PageBackerTest : ::testing::Test {
   Budget budget{mapper};
   Placements placements{granule, false};
   PageBacker backer{mapper, budget, placements, observers, config};
-  Placement& placement = placements.find_or_add(Placements::key(default_stream, MemoryPool::large, default_tag));
+  Placement& placement = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
 
   PageBackerTest() { placement.add_region(must(mapper.reserve(64 * granule)), 64 * granule); }
 

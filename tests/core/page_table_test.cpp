@@ -16,10 +16,10 @@ constexpr Bytes granule = 2 * MiB;
 constexpr std::size_t slots = std::size_t{1} << 24;  // a 32 TiB region: only a window of it may be held
 
 TEST(PageTable, AWindowAtTheTopOfAHugeRegionHoldsOnlyWhatWasMapped) {
-  Arena arena(0, default_stream, MemoryPool::large, default_tag, granule);
+  Arena arena(0, default_stream, SizePool::large, default_tag, granule);
   arena.add_region(Address{1} << 44, slots * granule);
   Region& region = arena.region(0);
-  region.set_page(slots - 3, Page{PageId{7}, 3, 0});
+  region.set_page(slots - 3, Page{ChunkId{7}, 3, 0});
   EXPECT_EQ(region.table_end(), slots);
   EXPECT_LE(region.table_end() - region.table_begin(), 64u) << "not one entry per slot of the region";
   EXPECT_EQ(region.table_begin() % 64, 0u);
@@ -27,22 +27,22 @@ TEST(PageTable, AWindowAtTheTopOfAHugeRegionHoldsOnlyWhatWasMapped) {
   EXPECT_FALSE(region.all_accessible({slots - 4, 4}));
   EXPECT_FALSE(region.is_mapped(0));
   EXPECT_EQ(region.page_granules_at(slots - 3), 3u);
-  EXPECT_EQ(region.chunk_at(slots - 1), PageId{7});
+  EXPECT_EQ(region.chunk_at(slots - 1), ChunkId{7});
   // Growing down keeps what is there.
-  region.set_page(slots - 200, Page{PageId{8}, 2, 5});
+  region.set_page(slots - 200, Page{ChunkId{8}, 2, 5});
   EXPECT_LE(region.table_begin(), slots - 200);
   EXPECT_TRUE(region.all_accessible({slots - 3, 3}));
   EXPECT_TRUE(region.all_accessible({slots - 200, 2}));
   EXPECT_EQ(region.page_offset_at(slots - 200), 5u);
   EXPECT_EQ(region.within_table(SlotRange{0, slots}).count, region.table_end() - region.table_begin());
   const Page page = region.clear_page(slots - 200);
-  EXPECT_EQ(page.chunk, PageId{8});
+  EXPECT_EQ(page.chunk, ChunkId{8});
   EXPECT_EQ(page.granules, 2u);
   EXPECT_FALSE(region.is_mapped(slots - 199));
 }
 
 TEST(PageTable, AgreesWithAPlainMapThroughRandomMapsAtBothEnds) {
-  Arena arena(0, default_stream, MemoryPool::large, default_tag, granule);
+  Arena arena(0, default_stream, SizePool::large, default_tag, granule);
   arena.add_region(Address{1} << 44, 4096 * granule);
   Region& region = arena.region(0);
   std::map<std::size_t, std::uint32_t> heads;  // head -> granules
@@ -57,7 +57,7 @@ TEST(PageTable, AgreesWithAPlainMapThroughRandomMapsAtBothEnds) {
       return false;
     };
     if (random() % 3 != 0 && !overlaps()) {
-      region.set_page(head, Page{PageId{head + 1}, granules, 0});
+      region.set_page(head, Page{ChunkId{head + 1}, granules, 0});
       heads[head] = granules;
     } else if (!heads.empty()) {
       auto victim = heads.lower_bound(head);

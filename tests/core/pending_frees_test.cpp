@@ -33,11 +33,11 @@ struct PendingFreesTest : ::testing::Test {
   Observers observers;
   Mapper mapper{driver, observers};
   PendingFrees pending{mapper};
-  Arena arena{0, own, MemoryPool::large, default_tag, granule};
+  Arena arena{0, own, SizePool::large, default_tag, granule};
   Block block = live_block(0x1000, 100);
 
   StreamControl& streams() { return *driver.stream_control(); }
-  BlockEvent freed() const { return BlockEvent{block.address, block.size, block.requested, own, MemoryPool::large, true}; }
+  BlockEvent freed() const { return BlockEvent{block.address, block.size, block.requested, own, SizePool::large, true}; }
 };
 
 TEST_F(PendingFreesTest, AStreamRecordedTwiceIsOneUser) {

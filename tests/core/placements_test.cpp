@@ -12,18 +12,18 @@ constexpr Bytes granule = 2 * MiB;
 const StreamId side{0x7f00'0000'1234};
 
 TEST(Placements, AKeyHoldsEveryBitOfTheStreamAndGivesBackItsPoolAndTag) {
-  const Placements::Key key = Placements::key(side, MemoryPool::large, TagId{77});
+  const Placements::Key key = Placements::key(side, SizePool::large, TagId{77});
   EXPECT_EQ(static_cast<StreamId>(key.first), side);
-  EXPECT_EQ(Placements::pool_of(key), MemoryPool::large);
+  EXPECT_EQ(Placements::pool_of(key), SizePool::large);
   EXPECT_EQ(Placements::tag_of(key), TagId{77});
-  EXPECT_NE(key, Placements::key(side, MemoryPool::small, TagId{77}));
-  EXPECT_NE(key, Placements::key(default_stream, MemoryPool::large, TagId{77}));
+  EXPECT_NE(key, Placements::key(side, SizePool::small, TagId{77}));
+  EXPECT_NE(key, Placements::key(default_stream, SizePool::large, TagId{77}));
 }
 
 TEST(Placements, EachKeyHasOnePlacementAndTheLastUsedIsCachedUntilForgotten) {
   Placements placements(granule, true);
-  const auto small = Placements::key(default_stream, MemoryPool::small, default_tag);
-  const auto large = Placements::key(default_stream, MemoryPool::large, default_tag);
+  const auto small = Placements::key(default_stream, SizePool::small, default_tag);
+  const auto large = Placements::key(default_stream, SizePool::large, default_tag);
   EXPECT_EQ(placements.cached(small), nullptr);
   Placement& first = placements.find_or_add(small);
   EXPECT_EQ(placements.cached(small), &first);
@@ -33,7 +33,7 @@ TEST(Placements, EachKeyHasOnePlacementAndTheLastUsedIsCachedUntilForgotten) {
   EXPECT_EQ(&placements.find_or_add(small), &first) << "made once";
   EXPECT_EQ(placements.size(), 2u);
   EXPECT_EQ(&placements.of(second.arena()), &second);
-  EXPECT_EQ(first.arena().pool(), MemoryPool::small);
+  EXPECT_EQ(first.arena().pool(), SizePool::small);
   placements.forget_cached();
   EXPECT_EQ(placements.cached(small), nullptr);
   EXPECT_EQ(placements.cached_placement(), nullptr);
@@ -42,8 +42,8 @@ TEST(Placements, EachKeyHasOnePlacementAndTheLastUsedIsCachedUntilForgotten) {
 TEST(Placements, OnlyLargeArenasGrowDownAndOnlyWhenAsked) {
   for (const bool grows_down : {true, false}) {
     Placements placements(granule, grows_down);
-    Placement& large = placements.find_or_add(Placements::key(default_stream, MemoryPool::large, default_tag));
-    Placement& small = placements.find_or_add(Placements::key(default_stream, MemoryPool::small, default_tag));
+    Placement& large = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
+    Placement& small = placements.find_or_add(Placements::key(default_stream, SizePool::small, default_tag));
     large.add_region(Address{1} << 40, 64 * granule);
     small.add_region(Address{2} << 40, 64 * granule);
     const Block* high = large.take(large.fit(granule), granule, granule);
@@ -55,7 +55,7 @@ TEST(Placements, OnlyLargeArenasGrowDownAndOnlyWhenAsked) {
 
 TEST(Placements, FreesAreDatedInTheOrderTheyHappen) {
   Placements placements(granule, false);
-  Placement& placement = placements.find_or_add(Placements::key(default_stream, MemoryPool::large, default_tag));
+  Placement& placement = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
   placement.add_region(Address{1} << 40, 64 * granule);
   Block* a = placement.take(placement.fit(granule), granule, granule);
   Block* b = placement.take(placement.fit(granule), granule, granule);

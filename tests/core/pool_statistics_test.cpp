@@ -35,7 +35,7 @@ struct Figures {
   std::array<std::uint64_t, 3> active{}, active_bytes{}, segment{}, reserved{}, inactive_split{}, inactive_split_bytes{};
 };
 
-std::size_t index_of(MemoryPool pool) { return pool == MemoryPool::small ? small : large; }
+std::size_t index_of(SizePool pool) { return pool == SizePool::small ? small : large; }
 
 // Free bytes of the granules of a segment that blocks in use also touch, and the free blocks holding any:
 // only a block's first and last granule can hold another block. Every granule a block in use touches is

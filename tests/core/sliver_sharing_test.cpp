@@ -269,7 +269,7 @@ TEST_F(SliverSharingTest, ASmallRequestTakesPartOfOneSliver) {
 TEST_F(SliverSharingTest, AFailureAtAnyCallLeavesEverythingConsistent) {
   std::set<DriverCall> reached;
   int refused = 0;
-  for (DriverCall call : {DriverCall::reserve, DriverCall::map, DriverCall::set_access, DriverCall::create_page,
+  for (DriverCall call : {DriverCall::reserve, DriverCall::map, DriverCall::set_access, DriverCall::create_chunk,
                           DriverCall::unmap, DriverCall::release_reservation, DriverCall::create_event,
                           DriverCall::record_event}) {
     for (std::uint64_t nth = 1; nth <= 4; ++nth) {
@@ -301,7 +301,7 @@ TEST_F(SliverSharingTest, AFailureAtAnyCallLeavesEverythingConsistent) {
     }
   }
   EXPECT_EQ(reached.size(), 8u) << "every kind of call the shared path makes must have failed once";
-  // reserve, each of the four maps, set_access, create_page: the request fails, nothing half-built stays.
+  // reserve, each of the four maps, set_access, create_chunk: the request fails, nothing half-built stays.
   EXPECT_EQ(refused, 7);
 }
 

@@ -9,10 +9,10 @@ namespace tessera::core {
 namespace {
 
 BlockEvent small(Bytes size, Bytes requested, bool pending = false) {
-  return BlockEvent{0x1000, size, requested, default_stream, MemoryPool::small, pending};
+  return BlockEvent{0x1000, size, requested, default_stream, SizePool::small, pending};
 }
 BlockEvent large(Bytes size, Bytes requested, bool pending = false) {
-  return BlockEvent{0x2000, size, requested, default_stream, MemoryPool::large, pending};
+  return BlockEvent{0x2000, size, requested, default_stream, SizePool::large, pending};
 }
 
 TEST(UsageObserver, EachFigureHasItsCurrentPeakAddedAndRemoved) {
@@ -67,9 +67,9 @@ TEST(UsageObserver, AResetStartsEveryPeakAgainButNotTheLifetimePeaks) {
   observer.block_allocated(small(2048, 2000));
   observer.block_allocated(large(1 << 20, 1 << 20));
   observer.block_freed(large(1 << 20, 1 << 20));
-  observer.pages_created(1, 2 << 20);
-  observer.pool_held(MemoryPool::large, 2 << 20, 1);
-  observer.pool_held(MemoryPool::large, 0, 0);
+  observer.chunks_created(1, 2 << 20);
+  observer.pool_held(SizePool::large, 2 << 20, 1);
+  observer.pool_held(SizePool::large, 0, 0);
   observer.reset_peaks();
   const Usage usage = observer.usage();
   EXPECT_EQ(usage.all.allocated_bytes, (Stat{2048, 2048, 2048 + (1 << 20), 1 << 20}));
@@ -84,9 +84,9 @@ TEST(UsageObserver, AResetStartsEveryPeakAgainButNotTheLifetimePeaks) {
 
 TEST(UsageObserver, TheAggregatesSegmentsMoveByEachPoolsDifference) {
   UsageObserver observer;
-  observer.pool_held(MemoryPool::small, 4 << 20, 2);
-  observer.pool_held(MemoryPool::large, 6 << 20, 1);
-  observer.pool_held(MemoryPool::small, 2 << 20, 1);
+  observer.pool_held(SizePool::small, 4 << 20, 2);
+  observer.pool_held(SizePool::large, 6 << 20, 1);
+  observer.pool_held(SizePool::small, 2 << 20, 1);
   const Usage usage = observer.usage();
   EXPECT_EQ(usage.all.segment, (Stat{2, 3, 3, 1}));
   EXPECT_EQ(usage.all.mapped_bytes, (Stat{8 << 20, 10 << 20, 10 << 20, 2 << 20}));

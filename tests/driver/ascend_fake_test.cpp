@@ -65,7 +65,7 @@ TEST_F(FakeAscend, EveryCallReachesTheDriverAndTheDeviceIsResetAfter) {
     // The stand-in returns addresses that are 2 MiB past a 4 MiB boundary: the 8 MiB alignment is the driver's.
     const Address base = TESSERA_OK(driver.reserve(8 * MiB, 8 * MiB));
     EXPECT_TRUE(is_aligned(base, 8 * MiB));
-    const PageId page = TESSERA_OK(driver.create_page(4 * MiB));
+    const ChunkId page = TESSERA_OK(driver.create_chunk(4 * MiB));
     TESSERA_OK(driver.map(base, page));
     const auto written = pattern(4 * MiB, 1);
     TESSERA_OK(driver.write(base, written.data(), written.size()));
@@ -85,7 +85,7 @@ TEST_F(FakeAscend, EveryCallReachesTheDriverAndTheDeviceIsResetAfter) {
     TESSERA_OK(driver.destroy_event(event));
 
     TESSERA_OK(driver.unmap(base + 4 * MiB));
-    TESSERA_OK(driver.release_page(page));
+    TESSERA_OK(driver.release_chunk(page));
     TESSERA_OK(driver.release_reservation(base));
     EXPECT_EQ(driver.census(), DriverCensus{});
     EXPECT_EQ(live("fake_ascend_live_handles"), 0u);
@@ -101,8 +101,8 @@ TEST_F(FakeAscend, ASecondDriverFindsACLInitializedAndBothWork) {
   auto second = make();  // aclInit answers ACL_ERROR_REPEAT_INITIALIZE now
   ASSERT_TRUE(second.ok()) << describe(second.error());
   EXPECT_EQ(references(), 2);
-  const PageId page = TESSERA_OK((*second)->create_page(2 * MiB));
-  TESSERA_OK((*second)->release_page(page));
+  const ChunkId page = TESSERA_OK((*second)->create_chunk(2 * MiB));
+  TESSERA_OK((*second)->release_chunk(page));
   first->reset();
   EXPECT_EQ(references(), 1);
   const Address base = TESSERA_OK((*second)->reserve(2 * MiB));
@@ -142,8 +142,8 @@ TEST_F(FakeAscend, OutOfMemoryFromTheRuntimeIsTypedAndNamesTheCall) {
   auto made = make();
   ASSERT_TRUE(made.ok()) << describe(made.error());
   Driver& driver = **made;
-  const PageId first = TESSERA_OK(driver.create_page(4 * MiB));
-  auto second = driver.create_page(2 * MiB);
+  const ChunkId first = TESSERA_OK(driver.create_chunk(4 * MiB));
+  auto second = driver.create_chunk(2 * MiB);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.error().code, Errc::out_of_memory);
   EXPECT_EQ(second.error().platform_code, acl_error_rt_memory_allocation);
@@ -151,7 +151,7 @@ TEST_F(FakeAscend, OutOfMemoryFromTheRuntimeIsTypedAndNamesTheCall) {
       << second.error().message;
   EXPECT_TRUE(contains(second.error().message, "out of device memory")) << second.error().message;
   EXPECT_EQ(driver.census().pages, 1u) << "a failed call changes nothing";
-  TESSERA_OK(driver.release_page(first));
+  TESSERA_OK(driver.release_chunk(first));
 }
 
 // aclrtQueryEventStatus answers NOT_READY until the work before the event is done; the driver must read the
@@ -278,7 +278,7 @@ TEST_F(FakeAscend, HostBuffersKeepACLsRulesAndGoWithTheDriver) {
     EXPECT_EQ(free_host(&stack), acl_error_invalid_param) << "only aclrtMallocHost's memory";
 
     const Address base = TESSERA_OK(driver.reserve(2 * MiB));
-    const PageId page = TESSERA_OK(driver.create_page(2 * MiB));
+    const ChunkId page = TESSERA_OK(driver.create_chunk(2 * MiB));
     TESSERA_OK(driver.map(base, page));
     const HostBuffer buffer = TESSERA_OK(driver.allocate_host(4096));
     EXPECT_EQ(live("fake_ascend_live_host_buffers"), 1u) << "the buffer came from aclrtMallocHost";
@@ -296,7 +296,7 @@ TEST_F(FakeAscend, HostBuffersKeepACLsRulesAndGoWithTheDriver) {
     EXPECT_EQ(driver.census().host_buffers, 1u) << "a failed call changes nothing";
 
     TESSERA_OK(driver.unmap(base));
-    TESSERA_OK(driver.release_page(page));
+    TESSERA_OK(driver.release_chunk(page));
     TESSERA_OK(driver.release_reservation(base));
     // The buffer is left to the driver's destructor.
   }

@@ -26,7 +26,7 @@ class DriverConformance : public ::testing::TestWithParam<DriverFactory> {
   }
 
   // Maps and, where the platform needs it, enables access: what the allocator does for every mapping.
-  void map_accessible(Address at, PageId page, Bytes size) {
+  void map_accessible(Address at, ChunkId page, Bytes size) {
     TESSERA_OK(driver_->map(at, page));
     TESSERA_OK(driver_->set_access(at, size));
   }
@@ -84,7 +84,7 @@ TEST_P(DriverConformance, ReserveRejectsBadSizesAndAlignments) {
 
 TEST_P(DriverConformance, CreateMapSetAccessUnmapReleaseCycle) {
   const Address base = TESSERA_OK(driver_->reserve(2 * granule_));
-  const PageId page = TESSERA_OK(driver_->create_page(2 * granule_));
+  const ChunkId page = TESSERA_OK(driver_->create_chunk(2 * granule_));
   EXPECT_EQ(driver_->census().pages, start_.pages + 1);
   EXPECT_EQ(driver_->census().page_bytes, start_.page_bytes + 2 * granule_);
 
@@ -102,13 +102,13 @@ TEST_P(DriverConformance, CreateMapSetAccessUnmapReleaseCycle) {
 
   TESSERA_OK(driver_->unmap(base));
   EXPECT_EQ(driver_->census().mappings, start_.mappings);
-  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_chunk(page));
   TESSERA_OK(driver_->release_reservation(base));
 }
 
 TEST_P(DriverConformance, CreateRejectsSizesOffTheGranule) {
   for (Bytes size : {Bytes{0}, granule_ + 512}) {
-    auto page = driver_->create_page(size);
+    auto page = driver_->create_chunk(size);
     ASSERT_FALSE(page.ok());
     EXPECT_EQ(page.error().code, Errc::invalid_argument);
   }
@@ -117,11 +117,11 @@ TEST_P(DriverConformance, CreateRejectsSizesOffTheGranule) {
 
 TEST_P(DriverConformance, MapsAtAnOffsetInsideAReservationOnly) {
   const Address base = TESSERA_OK(driver_->reserve(8 * granule_));
-  const PageId page = TESSERA_OK(driver_->create_page(2 * granule_));
+  const ChunkId page = TESSERA_OK(driver_->create_chunk(2 * granule_));
 
   map_accessible(base + 3 * granule_, page, 2 * granule_);
 
-  const PageId other = TESSERA_OK(driver_->create_page(2 * granule_));
+  const ChunkId other = TESSERA_OK(driver_->create_chunk(2 * granule_));
   auto past_end = driver_->map(base + 7 * granule_, other);
   ASSERT_FALSE(past_end.ok());
   EXPECT_EQ(past_end.error().code, Errc::invalid_argument);
@@ -143,15 +143,15 @@ TEST_P(DriverConformance, MapsAtAnOffsetInsideAReservationOnly) {
 
   TESSERA_OK(driver_->unmap(base + 3 * granule_));
   TESSERA_OK(driver_->unmap(base + 5 * granule_));
-  TESSERA_OK(driver_->release_page(page));
-  TESSERA_OK(driver_->release_page(other));
+  TESSERA_OK(driver_->release_chunk(page));
+  TESSERA_OK(driver_->release_chunk(other));
   TESSERA_OK(driver_->release_reservation(base));
 }
 
 TEST_P(DriverConformance, SamePageAtTwoAddressesWhereTheCapabilitySaysSo) {
   const Address first = TESSERA_OK(driver_->reserve(granule_));
   const Address second = TESSERA_OK(driver_->reserve(granule_));
-  const PageId page = TESSERA_OK(driver_->create_page(granule_));
+  const ChunkId page = TESSERA_OK(driver_->create_chunk(granule_));
   map_accessible(first, page, granule_);
 
   auto twice = driver_->map(second, page);
@@ -171,17 +171,17 @@ TEST_P(DriverConformance, SamePageAtTwoAddressesWhereTheCapabilitySaysSo) {
     TESSERA_OK(driver_->unmap(second));
   }
   TESSERA_OK(driver_->unmap(first));
-  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_chunk(page));
   TESSERA_OK(driver_->release_reservation(first));
   TESSERA_OK(driver_->release_reservation(second));
 }
 
 TEST_P(DriverConformance, RunningOutOfCapacityIsTypedAndRecoverable) {
   const Bytes chunk = std::max(granule_, align_up(driver_->capacity() / 8, granule_));
-  std::vector<PageId> pages;
-  Result<PageId> last = make_error(Errc::platform, "not tried");
+  std::vector<ChunkId> pages;
+  Result<ChunkId> last = make_error(Errc::platform, "not tried");
   for (Bytes tries = 0; tries < driver_->capacity() / chunk + 2; ++tries) {
-    last = driver_->create_page(chunk);
+    last = driver_->create_chunk(chunk);
     if (!last) break;
     pages.push_back(*last);
   }
@@ -191,9 +191,9 @@ TEST_P(DriverConformance, RunningOutOfCapacityIsTypedAndRecoverable) {
   EXPECT_EQ(driver_->census().pages, start_.pages + pages.size()) << "a failed create must hold nothing";
 
   ASSERT_FALSE(pages.empty());
-  TESSERA_OK(driver_->release_page(pages.back()));
-  pages.back() = TESSERA_OK(driver_->create_page(chunk));  // usable again once room is made
-  for (PageId page : pages) TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_chunk(pages.back()));
+  pages.back() = TESSERA_OK(driver_->create_chunk(chunk));  // usable again once room is made
+  for (ChunkId page : pages) TESSERA_OK(driver_->release_chunk(page));
 }
 
 TEST_P(DriverConformance, UnmappingWhatWasNeverMappedIsADefinedError) {
@@ -202,7 +202,7 @@ TEST_P(DriverConformance, UnmappingWhatWasNeverMappedIsADefinedError) {
   ASSERT_FALSE(never.ok());
   EXPECT_EQ(never.error().code, Errc::not_mapped);
 
-  const PageId page = TESSERA_OK(driver_->create_page(2 * granule_));
+  const ChunkId page = TESSERA_OK(driver_->create_chunk(2 * granule_));
   map_accessible(base, page, 2 * granule_);
   auto middle = driver_->unmap(base + granule_);  // mappings go whole, never in part
   ASSERT_FALSE(middle.ok());
@@ -216,19 +216,19 @@ TEST_P(DriverConformance, UnmappingWhatWasNeverMappedIsADefinedError) {
   auto twice = driver_->unmap(base);
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(twice.error().code, Errc::not_mapped);
-  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_chunk(page));
   TESSERA_OK(driver_->release_reservation(base));
 }
 
 TEST_P(DriverConformance, ReleasingWhatIsStillMappedIsRefusedAndChangesNothing) {
   const Address base = TESSERA_OK(driver_->reserve(2 * granule_));
-  const PageId page = TESSERA_OK(driver_->create_page(granule_));
+  const ChunkId page = TESSERA_OK(driver_->create_chunk(granule_));
   map_accessible(base + granule_, page, granule_);
 
   auto reservation = driver_->release_reservation(base);
   ASSERT_FALSE(reservation.ok());
   EXPECT_EQ(reservation.error().code, Errc::still_mapped);
-  auto released_page = driver_->release_page(page);
+  auto released_page = driver_->release_chunk(page);
   ASSERT_FALSE(released_page.ok());
   EXPECT_EQ(released_page.error().code, Errc::still_mapped);
 
@@ -240,9 +240,9 @@ TEST_P(DriverConformance, ReleasingWhatIsStillMappedIsRefusedAndChangesNothing) 
     EXPECT_EQ(back, bytes);
   }
   TESSERA_OK(driver_->unmap(base + granule_));
-  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_chunk(page));
   TESSERA_OK(driver_->release_reservation(base));
-  auto unknown = driver_->release_page(page);
+  auto unknown = driver_->release_chunk(page);
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.error().code, Errc::not_found);
 }
@@ -280,7 +280,7 @@ TEST_P(DriverConformance, BytesWrittenBeforeUnmapAreThereAfterRemappingElsewhere
   if (!driver_->capabilities().data_access) GTEST_SKIP() << GetParam().name << " has no memory";
   const Address first = TESSERA_OK(driver_->reserve(4 * granule_));
   const Address second = TESSERA_OK(driver_->reserve(4 * granule_));
-  const PageId page = TESSERA_OK(driver_->create_page(granule_));
+  const ChunkId page = TESSERA_OK(driver_->create_chunk(granule_));
   map_accessible(first + granule_, page, granule_);
   const auto bytes = pattern(granule_, 4);
   TESSERA_OK(driver_->write(first + granule_, bytes.data(), bytes.size()));
@@ -303,7 +303,7 @@ TEST_P(DriverConformance, BytesWrittenBeforeUnmapAreThereAfterRemappingElsewhere
   EXPECT_TRUE(back == bytes) << "remapping changed the page's bytes";
 
   TESSERA_OK(driver_->unmap(second + 3 * granule_));
-  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_chunk(page));
   TESSERA_OK(driver_->release_reservation(first));
   TESSERA_OK(driver_->release_reservation(second));
 }
@@ -312,13 +312,13 @@ TEST_P(DriverConformance, BytesWrittenBeforeUnmapAreThereAfterRemappingElsewhere
 // any address; the page goes back only when no part is mapped. Drivers without the capability refuse.
 TEST_P(DriverConformance, PartsOfOnePageMapOnTheirOwnWhereTheCapabilitySaysSo) {
   const Address at = TESSERA_OK(driver_->reserve(8 * granule_));
-  const PageId page = TESSERA_OK(driver_->create_page(4 * granule_));
+  const ChunkId page = TESSERA_OK(driver_->create_chunk(4 * granule_));
   if (!driver_->capabilities().partial_map) {
     auto refused = driver_->map_part(at, page, granule_, granule_);
     ASSERT_FALSE(refused.ok());
     EXPECT_EQ(refused.error().code, Errc::unsupported);
     EXPECT_EQ(driver_->census().mappings, start_.mappings);
-    TESSERA_OK(driver_->release_page(page));
+    TESSERA_OK(driver_->release_chunk(page));
     TESSERA_OK(driver_->release_reservation(at));
     return;
   }
@@ -356,12 +356,12 @@ TEST_P(DriverConformance, PartsOfOnePageMapOnTheirOwnWhereTheCapabilitySaysSo) {
   } else {
     TESSERA_OK(driver_->unmap(at + 7 * granule_));
   }
-  auto still_mapped = driver_->release_page(page);
+  auto still_mapped = driver_->release_chunk(page);
   ASSERT_FALSE(still_mapped.ok());
   EXPECT_EQ(still_mapped.error().code, Errc::still_mapped);
   TESSERA_OK(driver_->unmap(at));
   TESSERA_OK(driver_->unmap(at + 5 * granule_));
-  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_chunk(page));
   TESSERA_OK(driver_->release_reservation(at));
   TESSERA_OK(driver_->release_reservation(spare));
 }
@@ -374,7 +374,7 @@ TEST_P(DriverConformance, AGranuleOfAMappedPageMapsAgainElsewhereWhereTheCapabil
   if (!can.partial_map || !can.page_multi_mapping) GTEST_SKIP() << "this driver does not share granules";
   const Address whole = TESSERA_OK(driver_->reserve(2 * granule_));
   const Address again = TESSERA_OK(driver_->reserve(granule_));
-  const PageId page = TESSERA_OK(driver_->create_page(2 * granule_));
+  const ChunkId page = TESSERA_OK(driver_->create_chunk(2 * granule_));
   map_accessible(whole, page, 2 * granule_);
   TESSERA_OK(driver_->map_part(again, page, granule_, granule_));
   TESSERA_OK(driver_->set_access(again, granule_));
@@ -396,7 +396,7 @@ TEST_P(DriverConformance, AGranuleOfAMappedPageMapsAgainElsewhereWhereTheCapabil
     EXPECT_TRUE(back == bytes) << "the first mapping must stay usable after the second goes";
   }
   TESSERA_OK(driver_->unmap(whole));
-  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_chunk(page));
   TESSERA_OK(driver_->release_reservation(whole));
   TESSERA_OK(driver_->release_reservation(again));
 }

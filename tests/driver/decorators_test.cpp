@@ -21,8 +21,8 @@ Stack counted_faulty_host() {
 TEST(FaultInjection, AFailingMapIsATypedErrorAndTheDriverStaysUsable) {
   auto [driver, faults] = counted_faulty_host();
   const Address base = TESSERA_OK(driver->reserve(8 * MiB));
-  std::vector<PageId> pages;
-  for (int i = 0; i < 3; ++i) pages.push_back(TESSERA_OK(driver->create_page(2 * MiB)));
+  std::vector<ChunkId> pages;
+  for (int i = 0; i < 3; ++i) pages.push_back(TESSERA_OK(driver->create_chunk(2 * MiB)));
 
   faults->fail(DriverCall::map, 2);
   TESSERA_OK(driver->map(base, pages[0]));
@@ -45,32 +45,32 @@ TEST(FaultInjection, AFailingMapIsATypedErrorAndTheDriverStaysUsable) {
 
   TESSERA_OK(driver->unmap(base));
   TESSERA_OK(driver->unmap(base + 2 * MiB));
-  for (PageId page : pages) TESSERA_OK(driver->release_page(page));
+  for (ChunkId page : pages) TESSERA_OK(driver->release_chunk(page));
   TESSERA_OK(driver->release_reservation(base));
   EXPECT_EQ(driver->census(), DriverCensus{});
 }
 
 TEST(FaultInjection, AFailingCreateFromTheNthOnIsOutOfMemoryUntilCleared) {
   auto [driver, faults] = counted_faulty_host();
-  faults->fail(DriverCall::create_page, 2, FaultInjectingDriver::Repeat::from_then_on, Errc::out_of_memory);
-  const PageId first = TESSERA_OK(driver->create_page(2 * MiB));
+  faults->fail(DriverCall::create_chunk, 2, FaultInjectingDriver::Repeat::from_then_on, Errc::out_of_memory);
+  const ChunkId first = TESSERA_OK(driver->create_chunk(2 * MiB));
   for (int i = 0; i < 3; ++i) {
-    auto failed = driver->create_page(2 * MiB);
+    auto failed = driver->create_chunk(2 * MiB);
     ASSERT_FALSE(failed.ok());
     EXPECT_EQ(failed.error().code, Errc::out_of_memory);
   }
   EXPECT_EQ(driver->census().pages, 1u);
-  faults->clear(DriverCall::create_page);
-  const PageId second = TESSERA_OK(driver->create_page(2 * MiB));
-  EXPECT_EQ(faults->injected(DriverCall::create_page), 3u);
-  TESSERA_OK(driver->release_page(first));
-  TESSERA_OK(driver->release_page(second));
+  faults->clear(DriverCall::create_chunk);
+  const ChunkId second = TESSERA_OK(driver->create_chunk(2 * MiB));
+  EXPECT_EQ(faults->injected(DriverCall::create_chunk), 3u);
+  TESSERA_OK(driver->release_chunk(first));
+  TESSERA_OK(driver->release_chunk(second));
 }
 
 TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
   auto [driver, faults] = counted_faulty_host();
   const Address base = TESSERA_OK(driver->reserve(2 * MiB));
-  const PageId page = TESSERA_OK(driver->create_page(2 * MiB));
+  const ChunkId page = TESSERA_OK(driver->create_chunk(2 * MiB));
   TESSERA_OK(driver->map(base, page));
   const EventId event = TESSERA_OK(driver->create_event());
   const HostBuffer buffer = TESSERA_OK(driver->allocate_host(4096));
@@ -78,8 +78,8 @@ TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
   const std::vector<std::pair<DriverCall, std::function<bool()>>> calls = {
       {DriverCall::reserve, [&] { return driver->reserve(2 * MiB).ok(); }},
       {DriverCall::release_reservation, [&] { return driver->release_reservation(base).ok(); }},
-      {DriverCall::create_page, [&] { return driver->create_page(2 * MiB).ok(); }},
-      {DriverCall::release_page, [&] { return driver->release_page(page).ok(); }},
+      {DriverCall::create_chunk, [&] { return driver->create_chunk(2 * MiB).ok(); }},
+      {DriverCall::release_chunk, [&] { return driver->release_chunk(page).ok(); }},
       {DriverCall::map, [&] { return driver->map(base, page).ok(); }},
       {DriverCall::set_access, [&] { return driver->set_access(base, 2 * MiB).ok(); }},
       {DriverCall::unmap, [&] { return driver->unmap(base).ok(); }},
@@ -107,7 +107,7 @@ TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
   TESSERA_OK(driver->free_host(buffer));
   TESSERA_OK(driver->destroy_event(event));
   TESSERA_OK(driver->unmap(base));
-  TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_chunk(page));
   TESSERA_OK(driver->release_reservation(base));
 }
 
@@ -116,7 +116,7 @@ TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
 TEST(FaultInjection, AFailedHostBufferOrCopyLeavesDeviceBufferAndCensusAsTheyWere) {
   auto [driver, faults] = counted_faulty_host();
   const Address base = TESSERA_OK(driver->reserve(2 * MiB));
-  const PageId page = TESSERA_OK(driver->create_page(2 * MiB));
+  const ChunkId page = TESSERA_OK(driver->create_chunk(2 * MiB));
   TESSERA_OK(driver->map(base, page));
   std::vector<unsigned char> device(8192), host(8192);
   for (std::size_t i = 0; i < device.size(); ++i) {
@@ -168,18 +168,18 @@ TEST(FaultInjection, AFailedHostBufferOrCopyLeavesDeviceBufferAndCensusAsTheyWer
   EXPECT_EQ(driver->tally().calls_of(DriverCall::free_host), 2u) << "the counter outside saw both tries";
 
   TESSERA_OK(driver->unmap(base));
-  TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_chunk(page));
   TESSERA_OK(driver->release_reservation(base));
 }
 
 TEST(CountingDriver, CountsEveryCallByKindWithItsTime) {
   CountingDriver driver(TESSERA_OK(make_host_driver({.capacity = 16 * MiB})));
   const Address base = TESSERA_OK(driver.reserve(4 * MiB));
-  const PageId page = TESSERA_OK(driver.create_page(2 * MiB));
+  const ChunkId page = TESSERA_OK(driver.create_chunk(2 * MiB));
   TESSERA_OK(driver.map(base, page));
   EXPECT_FALSE(driver.unmap(base + 2 * MiB).ok());
   TESSERA_OK(driver.unmap(base));
-  TESSERA_OK(driver.release_page(page));
+  TESSERA_OK(driver.release_chunk(page));
   TESSERA_OK(driver.release_reservation(base));
   const CallTally& tally = driver.tally();
   EXPECT_EQ(tally.calls_of(DriverCall::reserve), 1u);
@@ -196,14 +196,14 @@ TEST(CapacityLimitDriver, LowersTheCapacityOfAnyDriver) {
   auto sim = TESSERA_OK(make_sim_driver());
   CapacityLimitDriver driver(std::move(sim.driver), 6 * MiB);
   EXPECT_EQ(driver.capacity(), 6 * MiB);
-  const PageId first = TESSERA_OK(driver.create_page(4 * MiB));
-  auto over = driver.create_page(4 * MiB);
+  const ChunkId first = TESSERA_OK(driver.create_chunk(4 * MiB));
+  auto over = driver.create_chunk(4 * MiB);
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.error().code, Errc::out_of_memory);
   EXPECT_NE(over.error().message.find("capacity limit"), std::string::npos);
-  const PageId second = TESSERA_OK(driver.create_page(2 * MiB));
-  TESSERA_OK(driver.release_page(first));
-  TESSERA_OK(driver.release_page(second));
+  const ChunkId second = TESSERA_OK(driver.create_chunk(2 * MiB));
+  TESSERA_OK(driver.release_chunk(first));
+  TESSERA_OK(driver.release_chunk(second));
   EXPECT_EQ(driver.census(), DriverCensus{});
 }
 

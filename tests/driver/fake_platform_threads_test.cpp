@@ -44,9 +44,9 @@ TEST_F(FakeAscend, CallsFromOtherThreadsRunInTheDevicesContext) {
   Driver& driver = **made;
   std::thread bare([&] {
     EXPECT_EQ(control<void*()>("fake_ascend_current_context")(), nullptr);
-    auto page = driver.create_page(2 * MiB);  // the stand-in refuses memory calls without a current context
+    auto page = driver.create_chunk(2 * MiB);  // the stand-in refuses memory calls without a current context
     ASSERT_TRUE(page.ok()) << describe(page.error());
-    EXPECT_TRUE(driver.release_page(*page).ok());
+    EXPECT_TRUE(driver.release_chunk(*page).ok());
   });
   bare.join();
 

@@ -44,7 +44,7 @@ bool readable(Address address) {
 TEST(HostDriverFork, TheChildHasItsOwnCopyOfTheMemory) {
   auto driver = TESSERA_OK(make_host_driver({.capacity = 16 * MiB}));
   const Address base = TESSERA_OK(driver->reserve(4 * page_size));
-  const PageId page = TESSERA_OK(driver->create_page(page_size));
+  const ChunkId page = TESSERA_OK(driver->create_chunk(page_size));
   TESSERA_OK(driver->map(base, page));
   std::memset(bytes_at(base), 0x11, page_size);
 
@@ -57,11 +57,11 @@ TEST(HostDriverFork, TheChildHasItsOwnCopyOfTheMemory) {
     if (!all_bytes(base, page_size, 0x11)) return 11;
     std::memset(bytes_at(base), 0x22, page_size);
     // Pages of its own, and the inherited page given back, touch only the child's memory.
-    auto fresh = driver->create_page(page_size);
+    auto fresh = driver->create_chunk(page_size);
     if (!fresh || !driver->map(base + page_size, *fresh)) return 12;
     std::memset(bytes_at(base + page_size), 0x33, page_size);
-    if (!driver->unmap(base) || !driver->release_page(page)) return 13;
-    auto reused = driver->create_page(page_size);
+    if (!driver->unmap(base) || !driver->release_chunk(page)) return 13;
+    auto reused = driver->create_chunk(page_size);
     if (!reused || !driver->map(base + 2 * page_size, *reused)) return 14;
     std::memset(bytes_at(base + 2 * page_size), 0x55, page_size);
     return 0;
@@ -76,23 +76,23 @@ TEST(HostDriverFork, TheChildHasItsOwnCopyOfTheMemory) {
   EXPECT_TRUE(all_bytes(base, page_size, 0x44)) << "the child's writes reached the parent's page";
 
   // The parent's own next pages hold what the parent writes, whatever the child did with its copy.
-  const PageId next = TESSERA_OK(driver->create_page(page_size));
+  const ChunkId next = TESSERA_OK(driver->create_chunk(page_size));
   TESSERA_OK(driver->map(base + page_size, next));
   std::memset(bytes_at(base + page_size), 0x66, page_size);
   EXPECT_TRUE(all_bytes(base, page_size, 0x44));
   EXPECT_TRUE(all_bytes(base + page_size, page_size, 0x66));
   TESSERA_OK(driver->unmap(base + page_size));
-  TESSERA_OK(driver->release_page(next));
+  TESSERA_OK(driver->release_chunk(next));
   TESSERA_OK(driver->unmap(base));
-  TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_chunk(page));
   TESSERA_OK(driver->release_reservation(base));
 }
 
 TEST(HostDriverFork, TheChildKeepsEveryMappingsAccess) {
   auto driver = TESSERA_OK(make_host_driver({.capacity = 16 * MiB, .require_set_access = true}));
   const Address base = TESSERA_OK(driver->reserve(2 * page_size));
-  const PageId open_page = TESSERA_OK(driver->create_page(page_size));
-  const PageId closed_page = TESSERA_OK(driver->create_page(page_size));
+  const ChunkId open_page = TESSERA_OK(driver->create_chunk(page_size));
+  const ChunkId closed_page = TESSERA_OK(driver->create_chunk(page_size));
   TESSERA_OK(driver->map(base, open_page));
   TESSERA_OK(driver->set_access(base, page_size));
   TESSERA_OK(driver->map(base + page_size, closed_page));
@@ -108,8 +108,8 @@ TEST(HostDriverFork, TheChildKeepsEveryMappingsAccess) {
   EXPECT_FALSE(readable(base + page_size)) << "set_access in the child opened the parent's mapping";
   TESSERA_OK(driver->unmap(base + page_size));
   TESSERA_OK(driver->unmap(base));
-  TESSERA_OK(driver->release_page(closed_page));
-  TESSERA_OK(driver->release_page(open_page));
+  TESSERA_OK(driver->release_chunk(closed_page));
+  TESSERA_OK(driver->release_chunk(open_page));
   TESSERA_OK(driver->release_reservation(base));
 }
 
@@ -118,7 +118,7 @@ TEST(DeviceDriverFork, AChildsCallIsANamedErrorAndNeverReachesTheRuntime) {
   auto driver = TESSERA_OK(make_cuda_driver({.device = 0, .library = TESSERA_FAKE_CUDA_LIBRARY}));
   const Address base = TESSERA_OK(driver->reserve(page_size));
   const auto end = run_in_child([&] {
-    auto page = driver->create_page(page_size);
+    auto page = driver->create_chunk(page_size);
     if (page) return 10;
     if (page.error().code != Errc::unavailable) return 11;
     if (page.error().message.find("fork()") == std::string::npos) return 12;

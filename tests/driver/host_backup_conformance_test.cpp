@@ -30,19 +30,19 @@ class HostBackupConformance : public ::testing::TestWithParam<DriverFactory> {
   // A reservation of `granules` granules with one page mapped, accessible, over its first `mapped` ones.
   struct Device {
     Address base = 0;
-    PageId page{};
+    ChunkId page{};
   };
   Device map_device(Bytes granules, Bytes mapped) {
     Device device;
     device.base = TESSERA_OK(driver_->reserve(granules * granule_));
-    device.page = TESSERA_OK(driver_->create_page(mapped * granule_));
+    device.page = TESSERA_OK(driver_->create_chunk(mapped * granule_));
     TESSERA_OK(driver_->map(device.base, device.page));
     TESSERA_OK(driver_->set_access(device.base, mapped * granule_));
     return device;
   }
   void unmap_device(const Device& device) {
     TESSERA_OK(driver_->unmap(device.base));
-    TESSERA_OK(driver_->release_page(device.page));
+    TESSERA_OK(driver_->release_chunk(device.page));
     TESSERA_OK(driver_->release_reservation(device.base));
   }
 
@@ -232,7 +232,7 @@ TEST_P(HostBackupConformance, ACopyOverUnmappedMemoryIsRefusedAsWriteAndReadRefu
 TEST_P(HostBackupConformance, ACopyOverAMappingWithoutAccessIsRefusedWhereThePlatformNeedsAccess) {
   if (!driver_->capabilities().needs_set_access) GTEST_SKIP() << "a mapping is accessible at once here";
   const Address base = TESSERA_OK(driver_->reserve(granule_));
-  const PageId page = TESSERA_OK(driver_->create_page(granule_));
+  const ChunkId page = TESSERA_OK(driver_->create_chunk(granule_));
   TESSERA_OK(driver_->map(base, page));
   const HostBuffer buffer = TESSERA_OK(driver_->allocate_host(4096));
   auto to_host = driver_->copy_to_host(buffer, base, 4096);
@@ -245,7 +245,7 @@ TEST_P(HostBackupConformance, ACopyOverAMappingWithoutAccessIsRefusedWhereThePla
   TESSERA_OK(driver_->copy_to_host(buffer, base, 4096));  // the same copy, once access is set
   TESSERA_OK(driver_->free_host(buffer));
   TESSERA_OK(driver_->unmap(base));
-  TESSERA_OK(driver_->release_page(page));
+  TESSERA_OK(driver_->release_chunk(page));
   TESSERA_OK(driver_->release_reservation(base));
 }
 

@@ -38,7 +38,7 @@ TEST(HostDriver, AddressesAreHostPointersThatReachThePage) {
   auto driver = TESSERA_OK(make_host_driver({.capacity = 8 * MiB}));
   ASSERT_TRUE(driver->capabilities().host_pointers);
   const Address base = TESSERA_OK(driver->reserve(2 * MiB));
-  const PageId page = TESSERA_OK(driver->create_page(2 * MiB));
+  const ChunkId page = TESSERA_OK(driver->create_chunk(2 * MiB));
   TESSERA_OK(driver->map(base, page));
   auto* bytes = reinterpret_cast<unsigned char*>(static_cast<std::uintptr_t>(base));
   bytes[0] = 0x5a;
@@ -47,7 +47,7 @@ TEST(HostDriver, AddressesAreHostPointersThatReachThePage) {
   TESSERA_OK(driver->read(base + 2 * MiB - 1, back, 1));
   EXPECT_EQ(back[0], 0xa5);
   TESSERA_OK(driver->unmap(base));
-  TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_chunk(page));
   TESSERA_OK(driver->release_reservation(base));
 }
 
@@ -55,7 +55,7 @@ TEST(HostDriverDeathTest, CudaLikeMappingIsInaccessibleUntilSetAccess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto driver = TESSERA_OK(make_host_driver({.capacity = 8 * MiB, .require_set_access = true}));
   const Address base = TESSERA_OK(driver->reserve(2 * MiB));
-  const PageId page = TESSERA_OK(driver->create_page(2 * MiB));
+  const ChunkId page = TESSERA_OK(driver->create_chunk(2 * MiB));
   TESSERA_OK(driver->map(base, page));
   auto* bytes = reinterpret_cast<volatile unsigned char*>(static_cast<std::uintptr_t>(base));
   EXPECT_DEATH(bytes[0] = 1, "");
@@ -63,7 +63,7 @@ TEST(HostDriverDeathTest, CudaLikeMappingIsInaccessibleUntilSetAccess) {
   bytes[0] = 1;
   EXPECT_EQ(bytes[0], 1);
   TESSERA_OK(driver->unmap(base));
-  TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_chunk(page));
   TESSERA_OK(driver->release_reservation(base));
 }
 
@@ -72,14 +72,14 @@ TEST(HostDriver, PagesCreatedTogetherMergeIntoOneKernelMappingWhenMappedSideBySi
   constexpr int count = 32;
   auto driver = TESSERA_OK(make_host_driver({.capacity = 4 * MiB, .granularity = granule}));
   const Address base = TESSERA_OK(driver->reserve(count * granule));
-  std::vector<PageId> pages;
-  for (int i = 0; i < count; ++i) pages.push_back(TESSERA_OK(driver->create_page(granule)));
+  std::vector<ChunkId> pages;
+  for (int i = 0; i < count; ++i) pages.push_back(TESSERA_OK(driver->create_chunk(granule)));
   const std::size_t before = process_mappings();
   for (int i = 0; i < count; ++i) TESSERA_OK(driver->map(base + i * granule, pages[i]));
   // Adjacent memfd offsets at adjacent addresses: one kernel mapping replaces the reservation's one.
   EXPECT_LE(process_mappings(), before + 1);
   for (int i = 0; i < count; ++i) TESSERA_OK(driver->unmap(base + i * granule));
-  for (PageId page : pages) TESSERA_OK(driver->release_page(page));
+  for (ChunkId page : pages) TESSERA_OK(driver->release_chunk(page));
   TESSERA_OK(driver->release_reservation(base));
 }
 
@@ -89,8 +89,8 @@ TEST(HostDriver, TheKernelMappingLimitIsANamedErrorAndTheDriverStaysUsable) {
   const std::size_t limit = process_mappings() + 40;
   auto driver = TESSERA_OK(make_host_driver({.capacity = 8 * MiB, .granularity = granule, .max_map_count = limit}));
   const Address base = TESSERA_OK(driver->reserve(2 * slots * granule));
-  std::vector<PageId> pages;
-  for (int i = 0; i < slots; ++i) pages.push_back(TESSERA_OK(driver->create_page(granule)));
+  std::vector<ChunkId> pages;
+  for (int i = 0; i < slots; ++i) pages.push_back(TESSERA_OK(driver->create_chunk(granule)));
 
   // Every other slot, in reverse page order: nothing can merge, so each mapping costs kernel entries.
   int mapped = 0;
@@ -114,7 +114,7 @@ TEST(HostDriver, TheKernelMappingLimitIsANamedErrorAndTheDriverStaysUsable) {
   TESSERA_OK(driver->unmap(base));
   TESSERA_OK(driver->unmap(base + 2 * granule));
   for (int i = 8; i < mapped; ++i) TESSERA_OK(driver->unmap(base + 2 * i * granule));
-  for (PageId page : pages) TESSERA_OK(driver->release_page(page));
+  for (ChunkId page : pages) TESSERA_OK(driver->release_chunk(page));
   TESSERA_OK(driver->release_reservation(base));
   EXPECT_EQ(driver->census(), DriverCensus{});
 }
@@ -135,8 +135,8 @@ TEST(HostDriver, NearTheMappingLimitTheDriverCountsAFewTimesNotAtEveryMap) {
                                              }}));
   const std::size_t slots = room;  // more maps than the room allows: each one below costs two entries
   const Address base = TESSERA_OK(driver->reserve(2 * slots * granule));
-  std::vector<PageId> pages;
-  for (std::size_t i = 0; i < slots; ++i) pages.push_back(TESSERA_OK(driver->create_page(granule)));
+  std::vector<ChunkId> pages;
+  for (std::size_t i = 0; i < slots; ++i) pages.push_back(TESSERA_OK(driver->create_chunk(granule)));
   std::size_t mapped = 0;
   Result<void> last;
   for (std::size_t i = 0; i < slots; ++i) {
@@ -151,7 +151,7 @@ TEST(HostDriver, NearTheMappingLimitTheDriverCountsAFewTimesNotAtEveryMap) {
   EXPECT_LE(at_error, limit);
   EXPECT_LE(counts, 24u) << "the driver read /proc/self/maps " << counts << " times for " << mapped << " maps";
   for (std::size_t i = 0; i < mapped; ++i) TESSERA_OK(driver->unmap(base + 2 * i * granule));
-  for (PageId page : pages) TESSERA_OK(driver->release_page(page));
+  for (ChunkId page : pages) TESSERA_OK(driver->release_chunk(page));
   TESSERA_OK(driver->release_reservation(base));
 }
 
@@ -173,14 +173,14 @@ TEST(HostDriver, ReleasingAPageGivesItsMemoryBackToTheKernel) {
   auto driver = TESSERA_OK(make_host_driver({.capacity = 4 * granule, .granularity = granule}));
   const long long empty = memfd_blocks();
   const Address base = TESSERA_OK(driver->reserve(granule));
-  const PageId page = TESSERA_OK(driver->create_page(granule));
+  const ChunkId page = TESSERA_OK(driver->create_chunk(granule));
   TESSERA_OK(driver->map(base, page));
   const std::vector<unsigned char> ones(granule, 0xff);
   TESSERA_OK(driver->write(base, ones.data(), ones.size()));
   EXPECT_GE(memfd_blocks(), empty + static_cast<long long>(granule / 512)) << "touched bytes are held";
   TESSERA_OK(driver->unmap(base));
   EXPECT_GE(memfd_blocks(), empty + static_cast<long long>(granule / 512)) << "unmapping keeps the page";
-  TESSERA_OK(driver->release_page(page));
+  TESSERA_OK(driver->release_chunk(page));
   EXPECT_EQ(memfd_blocks(), empty) << "the released page's hole was not punched";
   TESSERA_OK(driver->release_reservation(base));
 }

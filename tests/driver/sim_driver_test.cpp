@@ -6,22 +6,22 @@ namespace {
 
 TEST(SimDriver, ChargesTheModelledLatencyOfEachCall) {
   LatencyModel model;
-  model[DriverCall::create_page] = {100.0, 10.0};
+  model[DriverCall::create_chunk] = {100.0, 10.0};
   model[DriverCall::map] = {2.0, 0.0};
   model[DriverCall::unmap] = {3.0, 0.0};
   auto sim = TESSERA_OK(make_sim_driver({.capacity = 64 * MiB, .latency = model}));
   Driver& driver = *sim.driver;
 
   const Address base = TESSERA_OK(driver.reserve(8 * MiB));
-  const PageId small = TESSERA_OK(driver.create_page(2 * MiB));
-  const PageId large = TESSERA_OK(driver.create_page(6 * MiB));  // two extra granules
+  const ChunkId small = TESSERA_OK(driver.create_chunk(2 * MiB));
+  const ChunkId large = TESSERA_OK(driver.create_chunk(6 * MiB));  // two extra granules
   TESSERA_OK(driver.map(base, small));
   TESSERA_OK(driver.map(base + 2 * MiB, large));
   TESSERA_OK(driver.unmap(base));
 
   const CallTally& modelled = sim.clock->modelled();
-  EXPECT_EQ(modelled.calls_of(DriverCall::create_page), 2u);
-  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::create_page), 100'000u + 120'000u);
+  EXPECT_EQ(modelled.calls_of(DriverCall::create_chunk), 2u);
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::create_chunk), 100'000u + 120'000u);
   EXPECT_EQ(modelled.nanoseconds_of(DriverCall::map), 4'000u);
   EXPECT_EQ(modelled.nanoseconds_of(DriverCall::unmap), 3'000u);
   EXPECT_EQ(modelled.total_nanoseconds(), 227'000u);
@@ -33,8 +33,8 @@ TEST(SimDriver, ChargesTheModelledLatencyOfEachCall) {
   sim.clock->reset_modelled();
   EXPECT_EQ(sim.clock->modelled().total_calls(), 0u);
   TESSERA_OK(driver.unmap(base + 2 * MiB));
-  TESSERA_OK(driver.release_page(small));
-  TESSERA_OK(driver.release_page(large));
+  TESSERA_OK(driver.release_chunk(small));
+  TESSERA_OK(driver.release_chunk(large));
   TESSERA_OK(driver.release_reservation(base));
 }
 
@@ -46,7 +46,7 @@ TEST(SimDriver, ChargesHostBuffersAndCopiesByTheBytesTheyMove) {
   auto sim = TESSERA_OK(make_sim_driver({.capacity = 64 * MiB, .host_capacity = 10 * MiB, .latency = model}));
   Driver& driver = *sim.driver;
   const Address base = TESSERA_OK(driver.reserve(2 * MiB));
-  const PageId page = TESSERA_OK(driver.create_page(2 * MiB));
+  const ChunkId page = TESSERA_OK(driver.create_chunk(2 * MiB));
   TESSERA_OK(driver.map(base, page));
   TESSERA_OK(driver.set_access(base, 2 * MiB));
 
@@ -69,13 +69,13 @@ TEST(SimDriver, ChargesHostBuffersAndCopiesByTheBytesTheyMove) {
   TESSERA_OK(driver.free_host(all));
 
   TESSERA_OK(driver.unmap(base));
-  TESSERA_OK(driver.release_page(page));
+  TESSERA_OK(driver.release_chunk(page));
   TESSERA_OK(driver.release_reservation(base));
 }
 
 TEST(SimDriver, DefaultsAreThePublishedA100Figures) {
   const LatencyModel model = LatencyModel::a100();
-  EXPECT_DOUBLE_EQ(model[DriverCall::create_page].fixed_us, 193.0);
+  EXPECT_DOUBLE_EQ(model[DriverCall::create_chunk].fixed_us, 193.0);
   EXPECT_DOUBLE_EQ(model[DriverCall::map].fixed_us, 1.45);
   EXPECT_DOUBLE_EQ(model[DriverCall::set_access].fixed_us, 36.0);
   EXPECT_DOUBLE_EQ(model[DriverCall::unmap].fixed_us, 25.6);
@@ -95,7 +95,7 @@ TEST(SimDriver, AscendPlatformMapsWholeHandlesOnceAndNeedsNoSetAccess) {
   EXPECT_FALSE(can.page_multi_mapping);
 
   const Address base = TESSERA_OK(driver.reserve(8 * MiB));
-  const PageId page = TESSERA_OK(driver.create_page(4 * MiB));
+  const ChunkId page = TESSERA_OK(driver.create_chunk(4 * MiB));
   auto part = driver.map_part(base, page, 0, 2 * MiB);
   ASSERT_FALSE(part.ok());
   EXPECT_EQ(part.error().code, Errc::unsupported);
@@ -106,26 +106,26 @@ TEST(SimDriver, AscendPlatformMapsWholeHandlesOnceAndNeedsNoSetAccess) {
 
   // The modelled latencies: the A100's for the matching calls (an assumption), nothing for set-access.
   const CallTally& modelled = sim.clock->modelled();
-  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::create_page), 193'000u);
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::create_chunk), 193'000u);
   EXPECT_EQ(modelled.nanoseconds_of(DriverCall::map), 1'450u);
   TESSERA_OK(driver.set_access(base, 4 * MiB));
   EXPECT_EQ(modelled.nanoseconds_of(DriverCall::set_access), 0u);
 
   TESSERA_OK(driver.unmap(base));
-  TESSERA_OK(driver.release_page(page));
+  TESSERA_OK(driver.release_chunk(page));
   TESSERA_OK(driver.release_reservation(base));
 }
 
 TEST(SimDriver, ReplaysAnEightyGigabyteCardWithoutMemory) {
   auto sim = TESSERA_OK(make_sim_driver());
   EXPECT_EQ(sim.driver->capacity(), 80 * GiB);
-  std::vector<PageId> pages;
-  for (int i = 0; i < 39; ++i) pages.push_back(TESSERA_OK(sim.driver->create_page(2 * GiB)));
+  std::vector<ChunkId> pages;
+  for (int i = 0; i < 39; ++i) pages.push_back(TESSERA_OK(sim.driver->create_chunk(2 * GiB)));
   EXPECT_EQ(sim.driver->census().page_bytes, 78 * GiB);
-  auto over = sim.driver->create_page(4 * GiB);
+  auto over = sim.driver->create_chunk(4 * GiB);
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.error().code, Errc::out_of_memory);
-  for (PageId page : pages) TESSERA_OK(sim.driver->release_page(page));
+  for (ChunkId page : pages) TESSERA_OK(sim.driver->release_chunk(page));
 }
 
 TEST(SimDriver, RejectsBadOptions) {

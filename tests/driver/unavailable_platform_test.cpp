@@ -155,7 +155,7 @@ TEST_F(FakeCuda, EveryCallReachesTheDriverAndTheContextIsGivenBack) {
 
     const Address base = *driver.reserve(8 * MiB, 4 * MiB);
     EXPECT_TRUE(is_aligned(base, 4 * MiB));
-    const PageId page = *driver.create_page(4 * MiB);
+    const ChunkId page = *driver.create_chunk(4 * MiB);
     ASSERT_TRUE(driver.map(base, page).ok());
     ASSERT_TRUE(driver.map(base + 4 * MiB, page).ok());  // one page at two addresses
     ASSERT_TRUE(driver.set_access(base, 8 * MiB).ok());
@@ -178,7 +178,7 @@ TEST_F(FakeCuda, EveryCallReachesTheDriverAndTheContextIsGivenBack) {
 
     EXPECT_TRUE(driver.unmap(base).ok());
     EXPECT_TRUE(driver.unmap(base + 4 * MiB).ok());
-    EXPECT_TRUE(driver.release_page(page).ok());
+    EXPECT_TRUE(driver.release_chunk(page).ok());
     EXPECT_TRUE(driver.release_reservation(base).ok());
     EXPECT_EQ(driver.census(), DriverCensus{});
     EXPECT_EQ(control<std::size_t()>("fake_cuda_live_allocations")(), 0u);
@@ -192,15 +192,15 @@ TEST_F(FakeCuda, OutOfMemoryFromTheDeviceIsTypedAndNamesTheCall) {
   auto made = make();
   ASSERT_TRUE(made.ok()) << describe(made.error());
   Driver& driver = **made;
-  const PageId first = *driver.create_page(4 * MiB);
-  auto second = driver.create_page(4 * MiB);
+  const ChunkId first = *driver.create_chunk(4 * MiB);
+  auto second = driver.create_chunk(4 * MiB);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.error().code, Errc::out_of_memory);
   EXPECT_EQ(second.error().platform_code, 2);
   EXPECT_TRUE(contains(second.error().message, "cuMemCreate")) << second.error().message;
   EXPECT_TRUE(contains(second.error().message, "CUDA_ERROR_OUT_OF_MEMORY")) << second.error().message;
   EXPECT_EQ(driver.census().pages, 1u) << "a failed call changes nothing";
-  EXPECT_TRUE(driver.release_page(first).ok());
+  EXPECT_TRUE(driver.release_chunk(first).ok());
 }
 
 // Host buffers come from cuMemHostAlloc: its out of memory is typed and named, and buffers the caller

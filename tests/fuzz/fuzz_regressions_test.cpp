@@ -314,7 +314,7 @@ TEST(FuzzAllocatorOps, StreamsPendingFreesAndFractionsPass) {
 TEST(FuzzAllocatorOps, FailedDriverCallsLeaveEverythingConsistent) {
   const OpsReport report = replay(ops({
       0x01, 0x00,           // 2 MiB granules, 8 MiB
-      10, 1, 0, 1,          // create_page fails from its first call on
+      10, 1, 0, 1,          // create_chunk fails from its first call on
       0, 208, 0, 0, 1, 0,   // allocate 512 KiB + 1: refused (injected)
       12,                   // clear the faults
       0, 208, 0, 0, 1, 0,   // allocate again: fine

@@ -64,9 +64,9 @@ TEST(PauseReplay, TheMemorySaverModelPausesPerAllocation) {
   EXPECT_EQ(pause.calls_of(DriverCall::allocate_host), 1u);
   EXPECT_EQ(pause.calls_of(DriverCall::copy_to_host), 1u);
   EXPECT_EQ(pause.calls_of(DriverCall::unmap), 2u);
-  EXPECT_EQ(pause.calls_of(DriverCall::release_page), 2u);
+  EXPECT_EQ(pause.calls_of(DriverCall::release_chunk), 2u);
   const CallTally& resume = result.resume_driver_calls;
-  EXPECT_EQ(resume.calls_of(DriverCall::create_page), 2u);
+  EXPECT_EQ(resume.calls_of(DriverCall::create_chunk), 2u);
   EXPECT_EQ(resume.calls_of(DriverCall::map), 2u);
   EXPECT_EQ(resume.calls_of(DriverCall::copy_to_device), 1u);
   EXPECT_EQ(resume.calls_of(DriverCall::free_host), 1u);

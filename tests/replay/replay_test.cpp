@@ -62,9 +62,9 @@ TEST(Replay, MeasuresPeaksAndFragmentationAsDefined) {
   EXPECT_LT(result.avg_frag, 1.0);
   EXPECT_EQ(result.events, trace.events.size());
   EXPECT_FALSE(result.oom);
-  EXPECT_GT(result.driver_calls.calls_of(DriverCall::create_page), 0u);
+  EXPECT_GT(result.driver_calls.calls_of(DriverCall::create_chunk), 0u);
   EXPECT_GT(result.driver_time_ns, 0u) << "the sim driver charges modelled time";
-  EXPECT_EQ(result.driver_calls.calls_of(DriverCall::release_page), 0u) << "a caching allocator keeps its pages";
+  EXPECT_EQ(result.driver_calls.calls_of(DriverCall::release_chunk), 0u) << "a caching allocator keeps its pages";
 }
 
 TEST(Replay, MinCapacityFitsAndOneGranuleLessDoesNot) {

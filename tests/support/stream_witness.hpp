@@ -48,18 +48,18 @@ class StreamWitness final : public ForwardingDriver {
 
   StreamControl* stream_control() noexcept override { return &control_; }
 
-  Result<PageId> create_page(Bytes size) override {
-    auto page = ForwardingDriver::create_page(size);
-    if (page) page_size_[raw_id(*page)] = size;
-    return page;
+  Result<ChunkId> create_chunk(Bytes size) override {
+    auto chunk = ForwardingDriver::create_chunk(size);
+    if (chunk) chunk_size_[raw_id(*chunk)] = size;
+    return chunk;
   }
-  Result<void> map(Address at, PageId page) override {
-    auto done = ForwardingDriver::map(at, page);
-    if (done) mapping_size_[at] = page_size_[raw_id(page)];
+  Result<void> map(Address at, ChunkId chunk) override {
+    auto done = ForwardingDriver::map(at, chunk);
+    if (done) mapping_size_[at] = chunk_size_[raw_id(chunk)];
     return done;
   }
-  Result<void> map_part(Address at, PageId page, Bytes offset, Bytes size) override {
-    auto done = ForwardingDriver::map_part(at, page, offset, size);
+  Result<void> map_part(Address at, ChunkId chunk, Bytes offset, Bytes size) override {
+    auto done = ForwardingDriver::map_part(at, chunk, offset, size);
     if (done) mapping_size_[at] = size;
     return done;
   }
@@ -142,7 +142,7 @@ class StreamWitness final : public ForwardingDriver {
   std::set<std::uintptr_t> held_;
   std::vector<Use> uses_;
   std::uint64_t sequence_ = 0;
-  std::unordered_map<std::uint64_t, Bytes> page_size_;
+  std::unordered_map<std::uint64_t, Bytes> chunk_size_;
   std::map<Address, Bytes> mapping_size_;
   std::unordered_map<std::uint64_t, Mark> events_;
   std::vector<std::string> violations_;

@@ -666,7 +666,7 @@ TEST(SnapshotWriter, RefusesWhatCannotBeReadBack) {
                             2 * MiB,
                             2 * MiB,
                             StreamId{0},
-                            MemoryPool::large,
+                            SizePool::large,
                             {{stray, 4096, 4096, SnapshotBlock::State::active_allocated, 4096}}});
   SnapshotWriteOptions with_extra;
   with_extra.state = &extra;

@@ -51,9 +51,9 @@ int run_stitching_demo(const std::string& driver_name) {
 
   // Four blocks side by side, each backed by one page of two granules.
   const Address segment = must(driver.reserve(4 * block));
-  std::vector<PageId> pages;
+  std::vector<ChunkId> pages;
   for (int i = 0; i < 4; ++i) {
-    pages.push_back(must(driver.create_page(block)));
+    pages.push_back(must(driver.create_chunk(block)));
     const Address at = segment + static_cast<Address>(i) * block;
     must(driver.map(at, pages.back()));
     must(driver.set_access(at, block));
@@ -95,7 +95,7 @@ int run_stitching_demo(const std::string& driver_name) {
   must(driver.unmap(stitched + block));
   must(driver.unmap(segment));
   must(driver.unmap(segment + 2 * block));
-  for (PageId page : pages) must(driver.release_page(page));
+  for (ChunkId page : pages) must(driver.release_chunk(page));
   must(driver.release_reservation(segment));
   must(driver.release_reservation(stitched));
 

@@ -5,9 +5,9 @@
 int main() {
   auto sim = tessera::make_sim_driver();
   if (!sim) return 1;
-  auto page = sim->driver->create_page(2 * tessera::MiB);
+  auto page = sim->driver->create_chunk(2 * tessera::MiB);
   if (!page) return 2;
-  if (!sim->driver->release_page(*page)) return 3;
+  if (!sim->driver->release_chunk(*page)) return 3;
   std::puts("consumer: tessera found and working");
   return 0;
 }
