@@ -16,7 +16,6 @@ namespace {
 
 using namespace tessera;
 
-constexpr int device = 0;
 constexpr int neighbour_count = 16;  // live neighbours, so that the pair is not alone in its pool
 
 void CppPair(benchmark::State& state) {
@@ -36,11 +35,17 @@ void CppPair(benchmark::State& state) {
   for (Address block : neighbours) (void)(*allocator)->deallocate(block);
 }
 
-// The C ABI's allocator of device 0 lives for the process: each size uses its own pool class, and the
-// neighbours of one run are freed before the next.
+// The C ABI's allocators live for the process, one per device: each run takes a device of its own (the sim
+// driver has 64), so that it starts from a fresh allocator as the C++ run does.
+int next_device() {
+  static int device = 0;
+  return device++ % 64;
+}
+
 template <void* (*Allocate)(size_t, int, void*)>
 void CPair(benchmark::State& state) {
   const auto size = static_cast<size_t>(state.range(0));
+  const int device = next_device();
   std::vector<void*> neighbours;
   for (int i = 0; i < neighbour_count; ++i) neighbours.push_back(Allocate(size, device, nullptr));
   tessera_free(Allocate(size, device, nullptr), size, device, nullptr);
