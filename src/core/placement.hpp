@@ -100,6 +100,9 @@ class Placement {
   // Among the free blocks that hold `size` and are at most good_fit_limit_ times the best fit's size, the
   // highest: the best fit (the blocks kept out of the index compete by size, and win only when strictly
   // smaller), then up to good_fit_candidates_ of the index's blocks in its order, then those kept out.
+  // The free edges (kept out of the index) are weighed by size, never by height: of the edges that hold the
+  // request the smallest is the one that competes, and where no indexed block holds it, that edge is the
+  // answer even when the other edge is higher (both ends of a region can be free).
   Block* good_fit(Bytes size) const {
     auto fits = [size](const Block* block) { return block->is_free() && block->size >= size; };
     Block* edge_fit = nullptr;

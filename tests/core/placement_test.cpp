@@ -214,12 +214,10 @@ TEST_F(PlacementTest, GrowingDownAFreedBlockNextToTheFrontierMergesIntoIt) {
   expect_consistent(*placement);
 }
 
-// The good fit's rule names the highest of the free blocks up to twice the best fit's size, but where no free
-// block in the index holds the request (the index is empty, or holds only smaller blocks), good_fit() answers
-// the smallest of the region's free edges (`edge_fit`) without weighing them by address: here the frontier
-// (14 units, at the bottom) instead of the free top (20 units, within twice 14, the highest). Disabled until
-// the code or its comment changes: a mismatch between placement.hpp's documented rule and what it does.
-TEST_F(PlacementTest, DISABLED_GrowingDownTheHigherFreeEdgeWinsWhenNoHoleInTheIndexHoldsTheRequest) {
+// The free edges are weighed by size, never by height (placement.hpp, good_fit): where no free block in the
+// index holds the request, the smallest free edge that does is the answer — here the frontier (14 units, at
+// the bottom), not the free top (20 units, higher). The replay figures rest on this choice.
+TEST_F(PlacementTest, GrowingDownTheFreeEdgesAreWeighedBySizeNotHeight) {
   auto placement = make(true, 100);
   Block* top = take(*placement, 20);  // [80, 100)
   take(*placement, 1);                // [79, 80)
@@ -230,7 +228,8 @@ TEST_F(PlacementTest, DISABLED_GrowingDownTheHigherFreeEdgeWinsWhenNoHoleInTheIn
   ASSERT_EQ(of(region.first_block), interval(at(0), 14 * unit));
   ASSERT_EQ(of(top), interval(at(80), 20 * unit));
   EXPECT_FALSE(Placement::indexed(top));
-  EXPECT_EQ(placement->fit(5 * unit), top) << "the frontier answered: the smaller edge, not the higher";
+  EXPECT_EQ(placement->fit(5 * unit), region.first_block) << "the smaller edge, not the higher";
+  EXPECT_EQ(placement->fit(15 * unit), top) << "the only edge that holds it";
 }
 
 // --- take, give_back, lend, mark_pending ---------------------------------------------------------------
