@@ -58,6 +58,7 @@ class Placement {
     const Address at = carve_address(free_block, size);
     const std::size_t first = arena_.slot_of(region, at);
     const std::size_t last = arena_.slot_of(region, at + size - 1);
+    if (first == last) return region.is_accessible(first);  // most blocks: one bit
     return region.all_accessible({first, last - first + 1});
   }
 
