@@ -76,7 +76,9 @@ class AddressTable {
   // Fibonacci hashing: the top bits of the product, which every bit of the key reaches (blocks are
   // 512-byte aligned: those bits are dropped first).
   std::size_t home(Address key) const noexcept {
-    return static_cast<std::size_t>((key >> 9) * 0x9e3779b97f4a7c15ull >> shift_);
+    Address bits = key >> 9;
+    bits ^= bits >> 19;  // blocks of hundreds of MiB differ only in high bits: fold them down before the product
+    return static_cast<std::size_t>(bits * 0x9e3779b97f4a7c15ull >> shift_);
   }
 
   void grow() {
