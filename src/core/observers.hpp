@@ -42,6 +42,15 @@ class Observers {
     for (AllocatorObserver* observer : added_) call(*observer);
     if (pool_watch_.moved) tell_pools();
   }
+  // notify() for an event about a block alone (block_allocated, block_freed, free_completed): no pool's
+  // segments change with it, so the pool figures are not looked at. The fast path's two events.
+  template <class Notify>
+  void notify_block(Notify&& call) {
+    call(stats_);
+    call(usage_);
+    call(history_);
+    for (AllocatorObserver* observer : added_) call(*observer);
+  }
 
   // Not owned: it must outlive the allocator's use of it.
   void add(AllocatorObserver& observer) { added_.push_back(&observer); }

@@ -81,7 +81,7 @@ Address TesseraAllocatorImpl::hand_out(Block* block, StreamId stream, SizePool p
   block->on_pause = current_on_pause();
   live_.insert(address, block);
   const BlockEvent event = block_event(*block, stream, pool);
-  notify([&](AllocatorObserver& observer) { observer.block_allocated(event); });
+  notify_block([&](AllocatorObserver& observer) { observer.block_allocated(event); });
   return address;
 }
 
@@ -177,7 +177,7 @@ Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
       const BlockEvent event = block_event(*arena, *block);
       live_.erase_slot(slot);
       placements_.give_back(block);
-      notify([&](AllocatorObserver& observer) { observer.block_freed(event); });
+      notify_block([&](AllocatorObserver& observer) { observer.block_freed(event); });
       return {};
     }
   }

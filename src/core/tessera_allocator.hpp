@@ -95,6 +95,10 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   void notify(Notify&& call) {
     observers_.notify(std::forward<Notify>(call));
   }
+  template <class Notify>
+  void notify_block(Notify&& call) {
+    observers_.notify_block(std::forward<Notify>(call));
+  }
 
   Bytes granule() const noexcept { return mapper_.granule(); }
 

@@ -38,7 +38,7 @@ class AddressTable {
 
   // Inserts a key that is not present.
   void insert(Address key, Value value) {
-    if (2 * (count_ + 1) > slots_.size()) grow();
+    if (2 * (count_ + 1) > mask_ + 1) grow();
     std::size_t index = home(key);
     while (slots_[index].key != empty) index = (index + 1) & mask();
     slots_[index] = Slot{key, value};
@@ -72,7 +72,7 @@ class AddressTable {
     Value value{};
   };
 
-  std::size_t mask() const noexcept { return slots_.size() - 1; }
+  std::size_t mask() const noexcept { return mask_; }
   // Fibonacci hashing: the top bits of the product, which every bit of the key reaches (blocks are
   // 512-byte aligned: those bits are dropped first).
   std::size_t home(Address key) const noexcept {
@@ -84,6 +84,7 @@ class AddressTable {
   void grow() {
     std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
+    mask_ = slots_.size() - 1;
     shift_ -= 1;
     count_ = 0;
     for (const Slot& slot : old) {
@@ -92,6 +93,7 @@ class AddressTable {
   }
 
   std::vector<Slot> slots_;
+  std::size_t mask_ = 63;    // slots_.size() - 1, kept: the vector would divide its byte length at every probe
   unsigned shift_ = 64 - 6;  // 64 - log2(slots)
   std::size_t count_ = 0;
 };
