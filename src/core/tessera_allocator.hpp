@@ -10,12 +10,9 @@
 //   allocator_inspection.cpp  stats, snapshot, history, the out-of-memory report and check()
 #pragma once
 
-#include <atomic>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <unordered_map>
 #include <vector>
 
