@@ -18,29 +18,50 @@ namespace tessera::capi {
 namespace {
 
 StreamId to_stream(void* stream) { return StreamId{reinterpret_cast<std::uintptr_t>(stream)}; }
+void* to_pointer(Address address) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)); }
+Address to_address(void* ptr) { return static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr)); }
 
-[[gnu::always_inline]] inline void* allocate(std::string_view function, Platform platform, std::size_t size, int device,
-                                             void* stream) {
+// The allocator refused: the call's failure, named with its arguments.
+[[gnu::cold, gnu::noinline]] void allocation_failed(std::string_view function, std::size_t size, int device,
+                                                    const Error& error) {
+  set_last_error(error.code, fmt::format("{}({} bytes, device {}): {}", function, size, device, describe(error)));
+}
+
+// Everything but the fast path: a 0-byte request, a device whose allocator is not created yet, a number out
+// of range, a fork's child.
+[[gnu::noinline]] void* allocate_slow(std::string_view function, Platform platform, std::size_t size, int device,
+                                      void* stream) noexcept {
   return guarded(function, static_cast<void*>(nullptr), [&]() -> void* {
     if (size == 0) return nullptr;  // as PyTorch's own allocators answer a 0-byte request: no failure
-    Device* usable = usable_device(device);
-    if (usable == nullptr) [[unlikely]] {  // not created yet, out of range, or a fork's child
-      auto found = device_for(device, platform);
-      if (!found) {
-        set_last_error(found.error().code,
-                       fmt::format("{}({} bytes, device {}): {}", function, size, device, found.error().message));
-        return nullptr;
-      }
-      usable = *found;
-    }
-    auto address = usable->allocator->allocate(size, to_stream(stream));
-    if (!address) {
-      set_last_error(address.error().code,
-                     fmt::format("{}({} bytes, device {}): {}", function, size, device, describe(address.error())));
+    auto found = device_for(device, platform);
+    if (!found) {
+      set_last_error(found.error().code,
+                     fmt::format("{}({} bytes, device {}): {}", function, size, device, found.error().message));
       return nullptr;
     }
-    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
+    auto address = (*found)->allocator->allocate(size, to_stream(stream));
+    if (address) return to_pointer(*address);
+    allocation_failed(function, size, device, address.error());
+    return nullptr;
   });
+}
+
+// The fast path, for a device whose allocator exists: the call's record begun, one atomic load, the
+// allocator's call, and an exception barrier that costs nothing until something throws. No closure and no
+// call but the allocator's: this is the path PyTorch takes for every tensor.
+[[gnu::always_inline]] inline void* allocate(std::string_view function, Platform platform, std::size_t size,
+                                             int device, void* stream) noexcept {
+  begin_call();
+  Device* usable = usable_device(device);
+  if (usable == nullptr || size == 0) [[unlikely]] return allocate_slow(function, platform, size, device, stream);
+  try {
+    auto address = usable->allocator->allocate(size, to_stream(stream));
+    if (address) [[likely]] return to_pointer(*address);
+    allocation_failed(function, size, device, address.error());
+  } catch (...) {
+    record_current_exception(function);
+  }
+  return nullptr;
 }
 
 // For PyTorch: a failure is an exception that its C++ code carries up to Python as a RuntimeError.
@@ -53,10 +74,11 @@ StreamId to_stream(void* stream) { return StreamId{reinterpret_cast<std::uintptr
   throw std::runtime_error(message);
 }
 
-void* allocate_or_throw(std::string_view function, std::string_view oom_prefix, Platform platform, std::size_t size,
-                        int device, void* stream) {
+[[gnu::always_inline]] inline void* allocate_or_throw(std::string_view function, std::string_view oom_prefix,
+                                                      Platform platform, std::size_t size, int device,
+                                                      void* stream) {
   void* block = allocate(function, platform, size, device, stream);
-  if (!call_failed()) [[likely]] return block;
+  if (block != nullptr || !call_failed()) [[likely]] return block;  // null without a failure: 0 bytes asked
   throw_last_error(oom_prefix);
 }
 
@@ -71,53 +93,75 @@ bool holds_live_block(const Device& device, Address address) {
   return false;
 }
 
-void release(std::string_view function, void* ptr, int device) {
+// A free that no allocator took (`owner`, where there is one, refused it with `refusal`): why, recorded.
+[[gnu::cold, gnu::noinline]] void free_refused(std::string_view function, void* ptr, int device, Device* owner,
+                                               const Error* refusal) {
+  if (refusal != nullptr) {
+    if (refusal->code != Errc::not_found) {
+      set_last_error(refusal->code, fmt::format("{}({}, device {}): {}", function, ptr, device, describe(*refusal)));
+      return;
+    }
+    owner->bad_frees.fetch_add(1, std::memory_order_relaxed);
+  }
+  const Address address = to_address(ptr);
+  std::optional<int> elsewhere;
+  for (Device* other : existing_devices()) {
+    if (other != owner && holds_live_block(*other, address)) elsewhere = other->index;
+  }
+  // A live block named with the wrong device is a bad argument; no live block at all is not found.
+  if (elsewhere) {
+    set_last_error(Errc::invalid_argument,
+                   fmt::format("{}({}, device {}): the block was allocated on device {}, not device {}; nothing "
+                               "was freed",
+                               function, ptr, device, *elsewhere, device));
+  } else {
+    set_last_error(Errc::not_found,
+                   fmt::format("{}({}, device {}): not a live block of Tessera on device {} (a double free, or "
+                               "memory from another allocator); nothing was freed",
+                               function, ptr, device, device));
+  }
+}
+
+// Everything but the fast path: a null pointer, a device number out of range or without an allocator, a
+// fork's child.
+[[gnu::noinline]] void release_slow(std::string_view function, void* ptr, int device) noexcept {
   guarded_void(function, [&] {
     if (ptr == nullptr) return;
-    const auto address = static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr));
-    Device* owner = usable_device(device);
-    if (owner == nullptr) [[unlikely]] {  // out of range, no allocator there, or a fork's child
-      if (device < 0 || device >= max_devices) {  // not "not a live block": no device of that number exists
-        set_last_error(Errc::invalid_argument, fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr,
-                                                           device, device_out_of_range(device).message));
-        return;
-      }
-      owner = existing_device(device);
-      if (owner != nullptr) {
-        if (auto refused = unusable_after_fork(*owner)) {
-          set_last_error(refused->code, fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr, device,
-                                                    refused->message));
-          return;
-        }
-      }
+    if (device < 0 || device >= max_devices) {  // not "not a live block": no device of that number exists
+      set_last_error(Errc::invalid_argument, fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr,
+                                                         device, device_out_of_range(device).message));
+      return;
     }
-    if (owner != nullptr) {
-      auto freed = owner->allocator->deallocate(address);
-      if (freed) [[likely]] return;
-      if (freed.error().code != Errc::not_found) {
-        set_last_error(freed.error().code,
-                       fmt::format("{}({}, device {}): {}", function, ptr, device, describe(freed.error())));
-        return;
-      }
-      owner->bad_frees.fetch_add(1, std::memory_order_relaxed);
+    Device* owner = existing_device(device);
+    if (owner == nullptr) {
+      free_refused(function, ptr, device, nullptr, nullptr);
+      return;
     }
-    std::optional<int> elsewhere;
-    for (Device* other : existing_devices()) {
-      if (other != owner && holds_live_block(*other, address)) elsewhere = other->index;
+    if (auto refused = unusable_after_fork(*owner)) {
+      set_last_error(refused->code,
+                     fmt::format("{}({}, device {}): {}; nothing was freed", function, ptr, device, refused->message));
+      return;
     }
-    // A live block named with the wrong device is a bad argument; no live block at all is not found.
-    if (elsewhere) {
-      set_last_error(Errc::invalid_argument,
-                     fmt::format("{}({}, device {}): the block was allocated on device {}, not device {}; nothing "
-                                 "was freed",
-                                 function, ptr, device, *elsewhere, device));
-    } else {
-      set_last_error(Errc::not_found,
-                     fmt::format("{}({}, device {}): not a live block of Tessera on device {} (a double free, or "
-                                 "memory from another allocator); nothing was freed",
-                                 function, ptr, device, device));
-    }
+    auto freed = owner->allocator->deallocate(to_address(ptr));
+    if (!freed) free_refused(function, ptr, device, owner, &freed.error());
   });
+}
+
+// The fast path, as allocate's.
+[[gnu::always_inline]] inline void release(std::string_view function, void* ptr, int device) noexcept {
+  begin_call();
+  Device* owner = usable_device(device);
+  if (owner == nullptr || ptr == nullptr) [[unlikely]] {
+    release_slow(function, ptr, device);
+    return;
+  }
+  try {
+    auto freed = owner->allocator->deallocate(to_address(ptr));
+    if (freed) [[likely]] return;
+    free_refused(function, ptr, device, owner, &freed.error());
+  } catch (...) {
+    record_current_exception(function);
+  }
 }
 
 // Every device is tried; the first failure is the one recorded.
@@ -154,9 +198,8 @@ void set_fraction(std::string_view function, Platform platform, double fraction,
 void add_stream(std::string_view function, void* ptr, void* stream) {
   guarded_void(function, [&] {
     if (ptr == nullptr) return;
-    const auto address = static_cast<Address>(reinterpret_cast<std::uintptr_t>(ptr));
     for (Device* device : existing_devices()) {
-      auto recorded = device->allocator->record_stream(address, to_stream(stream));
+      auto recorded = device->allocator->record_stream(to_address(ptr), to_stream(stream));
       if (recorded) return;
       if (recorded.error().code != Errc::not_found) {
         set_last_error(recorded.error().code,

@@ -4,9 +4,6 @@
 // TESSERA_ERROR_HOST_OUT_OF_MEMORY (std::bad_alloc) or TESSERA_ERROR_INTERNAL (anything else), and a message.
 #pragma once
 
-#include <exception>
-#include <new>
-#include <string>
 #include <string_view>
 #include <utility>
 
@@ -14,27 +11,18 @@
 
 namespace tessera::capi {
 
-// A throw's record. The code is kept even when the message cannot be built.
-inline void record_exception(tessera_error_code code, std::string_view function, const char* what) noexcept {
-  std::string message;
-  try {
-    message.append(function).append(": ").append(what);
-  } catch (...) {
-  }
-  set_last_error(code, std::move(message));
-}
+// Records the exception being handled (call it only inside a catch) as the call's failure: the code
+// TESSERA_ERROR_HOST_OUT_OF_MEMORY for std::bad_alloc, TESSERA_ERROR_INTERNAL for anything else, and a
+// message that names `function`. Out of line and cold: the entry points' fast paths carry only its call.
+[[gnu::cold]] void record_current_exception(std::string_view function) noexcept;
 
 template <class T, class Body>
 T guarded(std::string_view function, T on_failure, Body&& body) noexcept {
   begin_call();
   try {
     return std::forward<Body>(body)();
-  } catch (const std::bad_alloc&) {
-    record_exception(TESSERA_ERROR_HOST_OUT_OF_MEMORY, function, "out of host memory");
-  } catch (const std::exception& error) {
-    record_exception(TESSERA_ERROR_INTERNAL, function, error.what());
   } catch (...) {
-    record_exception(TESSERA_ERROR_INTERNAL, function, "unknown exception");
+    record_current_exception(function);
   }
   return on_failure;
 }
