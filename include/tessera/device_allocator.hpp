@@ -19,7 +19,9 @@
 // tests/contract holds one suite of these contracts that runs for every allocator over every driver.
 #pragma once
 
+#include <compare>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -43,6 +45,23 @@ struct AllocatorStats {
   std::uint64_t num_device_alloc = 0;      // [num_device_alloc] physical allocations (PyTorch: cudaMalloc calls;
                                            // Tessera: chunks created; the models: segments or handles)
   std::uint64_t num_device_free = 0;       // [num_device_free] the same, released
+};
+
+// A private pool's name: PyTorch's MempoolId_t (the pair a CUDA graph or a torch.cuda.MemPool is given).
+// {0, 0} names no pool: PyTorch never gives it.
+struct PoolId {
+  std::uint64_t first = 0;
+  std::uint64_t second = 0;
+  friend auto operator<=>(const PoolId&, const PoolId&) = default;
+};
+// Which streams' allocations go to a pool while it is active (PyTorch passes one that accepts the streams
+// its graph captures on). It is called under the allocator's lock: it must not call the allocator.
+using StreamFilter = std::function<bool(StreamId)>;
+
+// What a private pool keeps from the shared cache (begin_allocate_to_pool).
+enum class PoolKind : std::uint8_t {
+  graph,  // a CUDA graph's: the graph replays into every address it allocated, freed blocks' too
+  plain,  // tessera.use_pool's: only the live blocks' bytes matter, as in the shared cache
 };
 
 class DeviceAllocator {
@@ -80,6 +99,23 @@ class DeviceAllocator {
   Result<void> pause(std::string_view tag, bool backup) { return do_pause(tag, backup); }
   Result<void> resume(std::string_view tag) { return do_resume(tag); }
 
+  // Private pools, with PyTorch's semantics (beginAllocateToPool, endAllocateToPool, releasePool;
+  // docs/allocator.md, "Private pools"). While a pool is active, an allocation on a stream that its filter
+  // accepts goes into the pool (the first active pool that accepts it, in the order they were begun), and a
+  // freed block of the pool is reused only by allocations into it. Beginning a pool that exists (not yet
+  // released) adds a use, as several graph captures share one pool; ending it stops the allocations into
+  // it, not its use. Releasing takes one use away; the last one releases the pool: its id may name a new pool
+  // from then on, its cached memory goes back to the shared cache at once, and its live blocks' memory as each
+  // is freed. Releasing a pool that is still active, or one that does not exist, is an error naming it.
+  // Only allocators that can override them; the others answer Errc::unsupported and change nothing.
+  Result<void> begin_allocate_to_pool(PoolId pool, StreamFilter accepts, PoolKind kind = PoolKind::graph) {
+    if (pool == PoolId{}) [[unlikely]] return refuse(Errc::invalid_argument, "pool (0, 0) is no pool");
+    if (!accepts) [[unlikely]] return refuse(Errc::invalid_argument, "begin_allocate_to_pool without a stream filter");
+    return do_begin_allocate_to_pool(pool, std::move(accepts), kind);
+  }
+  Result<void> end_allocate_to_pool(PoolId pool) { return do_end_allocate_to_pool(pool); }
+  Result<void> release_pool(PoolId pool) { return do_release_pool(pool); }
+
   virtual AllocatorStats stats() const = 0;
 
  protected:
@@ -92,6 +128,15 @@ class DeviceAllocator {
   }
   virtual Result<void> do_resume(std::string_view tag) {
     return refuse(Errc::unsupported, "resume of tag '" + std::string(tag) + "': this allocator cannot pause memory");
+  }
+  virtual Result<void> do_begin_allocate_to_pool(PoolId /*pool*/, StreamFilter /*accepts*/, PoolKind /*kind*/) {
+    return refuse(Errc::unsupported, "begin_allocate_to_pool: this allocator has no private pools");
+  }
+  virtual Result<void> do_end_allocate_to_pool(PoolId /*pool*/) {
+    return refuse(Errc::unsupported, "end_allocate_to_pool: this allocator has no private pools");
+  }
+  virtual Result<void> do_release_pool(PoolId /*pool*/) {
+    return refuse(Errc::unsupported, "release_pool: this allocator has no private pools");
   }
 
  private:

@@ -397,7 +397,8 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   if (mapped_of_chunk.size() > pool.chunk_count()) return std::string("a mapped page belongs to no chunk");
   if (chunk_granules * granule() != holds) return fmt::format("chunks hold {} granules but {} bytes counted", chunk_granules, holds);
   if (holds > mapper_.capacity()) return fmt::format("holds {} bytes, above the capacity {}", holds, mapper_.capacity());
-  return check_tags();
+  if (auto broken = check_tags()) return broken;
+  return check_private_pools();
 }
 
 // Paused tags: counted, never the placement a fast path may reuse; a backup only for a paused live block.

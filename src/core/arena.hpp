@@ -1,4 +1,5 @@
-// An arena (bookkeeping, layer 2): the virtual regions reserved for one (stream, pool, tag), the blocks that tile
+// An arena (bookkeeping, layer 2): the virtual regions reserved for one (stream, size pool, tag, private pool),
+// the blocks that tile
 // them and each region's page table. Pure host code: where blocks are carved and merged is the placement's
 // (placement.hpp), which pages are mapped the mapper's (mapper.hpp).
 //
@@ -18,14 +19,21 @@
 
 namespace tessera::core {
 
+// A private pool's place among its allocator's (private_pools.hpp); shared_cache is none.
+using PrivatePoolIndex = std::uint32_t;
+inline constexpr PrivatePoolIndex shared_cache = 0;
+inline constexpr PrivatePoolIndex max_private_pools = (PrivatePoolIndex{1} << 24) - 1;  // the arena key's 24 bits
+
 class Arena {
  public:
   // `index`: the arena's place among its allocator's arenas, so that a block leads back to its placement.
-  Arena(std::uint32_t index, StreamId stream, SizePool pool, TagId tag, Bytes granule)
+  Arena(std::uint32_t index, StreamId stream, SizePool pool, TagId tag, Bytes granule,
+        PrivatePoolIndex private_pool = shared_cache)
       : index_(index),
         stream_(stream),
         pool_(pool),
         tag_(tag),
+        private_pool_(private_pool),
         granule_(granule),
         granule_shift_(static_cast<unsigned>(__builtin_ctzll(granule))) {}
   Arena(const Arena&) = delete;
@@ -35,6 +43,7 @@ class Arena {
   StreamId stream() const noexcept { return stream_; }
   SizePool pool() const noexcept { return pool_; }
   TagId tag() const noexcept { return tag_; }
+  PrivatePoolIndex private_pool() const noexcept { return private_pool_; }
   Bytes granule() const noexcept { return granule_; }
   const std::vector<Region>& regions() const noexcept { return regions_; }
   Region& region(std::uint32_t index) { return regions_[index]; }
@@ -66,6 +75,7 @@ class Arena {
   StreamId stream_;
   SizePool pool_;
   TagId tag_;
+  PrivatePoolIndex private_pool_;
   Bytes granule_;  // a power of two (the driver contract): slot arithmetic shifts instead of dividing
   unsigned granule_shift_;
   std::deque<Block> storage_;

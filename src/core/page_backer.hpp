@@ -52,6 +52,8 @@ class PageBacker {
   // Takes up to `granules` of idle pages back into the pool, oldest freed first; each page taken is
   // appended to `taken` where given.
   Result<std::size_t> reclaim(std::size_t granules, std::vector<Page>* taken);
+  // The same from `list` (a pool's held list, placements.hpp) instead of the reclaim list.
+  Result<std::size_t> reclaim_from(ReclaimList& list, std::size_t granules, std::vector<Page>* taken);
   // Gives pooled chunks, then idle pages as whole chunks, back to the device until at most `target` bytes
   // are held or nothing more can go.
   Result<void> give_back_above(Bytes target);

@@ -10,10 +10,14 @@
 namespace tessera::core {
 
 Result<std::size_t> PageBacker::reclaim(std::size_t granules, std::vector<Page>* taken) {
+  return reclaim_from(placements_.reclaim_list(), granules, taken);
+}
+
+Result<std::size_t> PageBacker::reclaim_from(ReclaimList& reclaim_list, std::size_t granules,
+                                             std::vector<Page>* taken) {
   std::vector<IdlePage> idle;
   std::vector<Block*> visited;
   std::size_t found = 0;
-  ReclaimList& reclaim_list = placements_.reclaim_list();
   for (Block& block : reclaim_list) {
     if (found >= granules) break;
     const Region& region = block.arena->region_of(block);

@@ -2,17 +2,30 @@
 
 #include <algorithm>
 #include <cassert>
+#include <vector>
 
 namespace tessera::core {
 
 Placement::~Placement() {
   arena_.visit_storage([&](Block& block) {
-    if (block.reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(block));
+    if (block.reclaim_hook.is_linked()) reclaim_list_->erase(reclaim_list_->iterator_to(block));
   });
 }
 
+void Placement::move_reclaim_list(ReclaimList& to) {
+  if (&to == reclaim_list_) return;
+  // In the order of the list they leave (their freed order), then all before those already in `to`.
+  std::vector<Block*> in_order;
+  for (Block& block : *reclaim_list_) {
+    if (block.arena == &arena_) in_order.push_back(&block);
+  }
+  for (Block* block : in_order) reclaim_list_->erase(reclaim_list_->iterator_to(*block));
+  for (auto each = in_order.rbegin(); each != in_order.rend(); ++each) to.push_front(**each);
+  reclaim_list_ = &to;
+}
+
 void Placement::recycle(Block* block) {
-  if (block->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*block));
+  if (block->reclaim_hook.is_linked()) reclaim_list_->erase(reclaim_list_->iterator_to(*block));
   arena_.recycle(block);
 }
 
@@ -112,7 +125,7 @@ Block* Placement::take_low(Block* free_block, Bytes size, Bytes requested) {
     rest->region = free_block->region;
     rest->freed_at = free_block->freed_at;
     if (free_block->reclaim_hook.is_linked()) {  // the rest keeps the block's age
-      reclaim_list_.insert(reclaim_list_.iterator_to(*free_block), *rest);
+      reclaim_list_->insert(reclaim_list_->iterator_to(*free_block), *rest);
     }
     rest->previous = free_block;
     rest->next = free_block->next;
@@ -122,7 +135,7 @@ Block* Placement::take_low(Block* free_block, Bytes size, Bytes requested) {
     if (rest->next == nullptr) arena_.region(rest->region).last_block = rest;
     index_insert(rest);
   }
-  if (free_block->reclaim_hook.is_linked()) reclaim_list_.erase(reclaim_list_.iterator_to(*free_block));
+  if (free_block->reclaim_hook.is_linked()) reclaim_list_->erase(reclaim_list_->iterator_to(*free_block));
   free_block->live = true;
   free_block->requested = requested;
   return free_block;
@@ -145,7 +158,7 @@ Block* Placement::take_at(Block* free_block, Address at, Bytes size, Bytes reque
     rest->arena = &arena_;
     rest->region = free_block->region;
     rest->freed_at = free_block->freed_at;
-    if (free_block->reclaim_hook.is_linked()) reclaim_list_.insert(reclaim_list_.iterator_to(*free_block), *rest);
+    if (free_block->reclaim_hook.is_linked()) reclaim_list_->insert(reclaim_list_->iterator_to(*free_block), *rest);
     rest->previous = free_block;
     rest->next = free_block->next;
     if (rest->next != nullptr) rest->next->previous = rest;
@@ -217,10 +230,10 @@ Block* Placement::give_back(Block* block, std::uint64_t clock) {
 // Freed now: the newest candidate for giving pages back (already so when a loop frees into the same block).
 void Placement::make_newest_freed(Block* block) {
   if (block->reclaim_hook.is_linked()) {
-    if (&reclaim_list_.back() == block) return;
-    reclaim_list_.erase(reclaim_list_.iterator_to(*block));
+    if (&reclaim_list_->back() == block) return;
+    reclaim_list_->erase(reclaim_list_->iterator_to(*block));
   }
-  reclaim_list_.push_back(*block);
+  reclaim_list_->push_back(*block);
 }
 
 }  // namespace tessera::core

@@ -24,8 +24,11 @@ class Placement {
   // `reclaim_list` is shared by every placement of one allocator: free blocks that may hold idle pages, in
   // the order they were freed. The placement keeps it current as blocks are carved and merged.
   Placement(std::uint32_t index, StreamId stream, SizePool pool, TagId tag, Bytes granule, bool grows_down,
-            ReclaimList& reclaim_list)
-      : arena_(index, stream, pool, tag, granule), grows_down_(grows_down), reclaim_list_(reclaim_list), free_(grows_down) {}
+            ReclaimList& reclaim_list, PrivatePoolIndex private_pool = shared_cache)
+      : arena_(index, stream, pool, tag, granule, private_pool),
+        grows_down_(grows_down),
+        reclaim_list_(&reclaim_list),
+        free_(grows_down) {}
   ~Placement();
   Placement(const Placement&) = delete;
   Placement& operator=(const Placement&) = delete;
@@ -33,6 +36,10 @@ class Placement {
   Arena& arena() noexcept { return arena_; }
   const Arena& arena() const noexcept { return arena_; }
   bool grows_down() const noexcept { return grows_down_; }
+  // Moves every block of the arena that is in a reclaim list into `to`, which its blocks join from now on: a
+  // graph pool's free blocks wait in a list that no reclaim reads (placements.hpp). Those moved go to the
+  // front, as the oldest freed, in the order they were in.
+  void move_reclaim_list(ReclaimList& to);
 
   // The free block a request of `size` bytes goes into; null when none holds it. Where the arena grows up,
   // the best fit: the smallest free block that holds it, the lowest address among equals (the region's
@@ -140,7 +147,7 @@ class Placement {
 
   Arena arena_;  // before free_: the index unlinks its blocks before they are destroyed
   bool grows_down_;
-  ReclaimList& reclaim_list_;
+  ReclaimList* reclaim_list_;
   FreeIndex free_;
 };
 

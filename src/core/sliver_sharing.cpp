@@ -34,12 +34,13 @@ bool TesseraAllocatorImpl::can_share_slivers() const noexcept {
 
 // Heads: free blocks that start inside a mapped slot and run to its end. Tails: free blocks that end inside
 // a mapped slot they cover from its start. Only in arenas of the request's tag: a granule is never under
-// live blocks of two tags, so that pausing one never takes the other's bytes.
-void TesseraAllocatorImpl::find_slivers(StreamId stream, TagId tag, std::vector<Sliver>& heads,
-                                        std::vector<Sliver>& tails) const {
+// live blocks of two tags, so that pausing one never takes the other's bytes. And only of the request's
+// private pool: a pool's free bytes go to allocations into it alone.
+void TesseraAllocatorImpl::find_slivers(StreamId stream, TagId tag, PrivatePoolIndex private_pool,
+                                        std::vector<Sliver>& heads, std::vector<Sliver>& tails) const {
   for (const auto& placement : placements_) {
     const Arena* arena = &placement->arena();
-    if (!same_stream(arena->stream(), stream) || arena->tag() != tag) continue;
+    if (!same_stream(arena->stream(), stream) || arena->tag() != tag || arena->private_pool() != private_pool) continue;
     placement->visit_free([&](const Block* block) {
       const Region& region = arena->region_of(*block);
       auto granule_at = [&](std::size_t slot) -> std::optional<Page> {
@@ -70,10 +71,10 @@ void TesseraAllocatorImpl::find_slivers(StreamId stream, TagId tag, std::vector<
 }
 
 Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes requested, StreamId stream, TagId tag,
-                                                         std::size_t max_middle) {
+                                                         PrivatePoolIndex private_pool, std::size_t max_middle) {
   std::vector<Sliver> heads;
   std::vector<Sliver> tails;
-  find_slivers(stream, tag, heads, tails);
+  find_slivers(stream, tag, private_pool, heads, tails);
   if (heads.empty() && tails.empty()) return make_error(Errc::out_of_memory, "no sliver to share");
 
   // The plan: the fewest whole pages between; then the least sliver left over beside what it uses (best

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backup_cache.hpp"
+#include "core/arena.hpp"
 #include "core/block.hpp"
 #include "core/mapper.hpp"
 
@@ -75,6 +76,20 @@ class TagBook {
     for (const auto& [block, buffer] : backups_) visit(block, buffer);
   }
 
+  // A paused tag's runs of slots that were mapped under a graph pool's arenas: its graph replays into the
+  // pool's free blocks too, so the resume maps every one again, not only the live blocks' (tag_pause.cpp).
+  struct MappedRun {
+    Arena* arena = nullptr;
+    std::uint32_t region = 0;
+    SlotRange slots;
+  };
+  void add_mapped_run(TagId tag, const MappedRun& run) { mapped_runs_[tag].push_back(run); }
+  const std::vector<MappedRun>* mapped_runs(TagId tag) const {
+    auto found = mapped_runs_.find(tag);
+    return found == mapped_runs_.end() ? nullptr : &found->second;
+  }
+  void forget_mapped_runs(TagId tag) { mapped_runs_.erase(tag); }
+
   // The backup cache.
   Bytes kept_buffer_bytes() const noexcept { return cache_.bytes(); }
   // Keeps at most one buffer for each size in `wanted` (BackupCache::keep_only_for); frees the others.
@@ -88,6 +103,7 @@ class TagBook {
   std::vector<State> states_;  // in the order first used
   std::size_t paused_count_ = 0;
   std::unordered_map<const Block*, HostBuffer> backups_;
+  std::unordered_map<TagId, std::vector<MappedRun>> mapped_runs_;
   BackupCache cache_;
 };
 

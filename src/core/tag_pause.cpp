@@ -11,6 +11,10 @@
 // Shared blocks (sliver_sharing.cpp) take slivers only from arenas of their own tag, so a pause never
 // takes another tag's bytes. Theirs are unmapped first and mapped last: they map granules of the tag's
 // regions a second time.
+//
+// A graph pool under the tag (private_pooling.cpp) is paused as the rest, but its resume maps again every
+// slot that was mapped at the pause, free blocks' too: the graph replays into the addresses of the blocks
+// it freed during capture, whose bytes it writes before it reads them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -146,10 +150,46 @@ Result<void> TesseraAllocatorImpl::unmap_tag(TagId tag) {
   return {};
 }
 
-// Every granule a live block of the tag touches gets a page again. `missing`: the granules that lacked one.
+void TesseraAllocatorImpl::record_graph_runs(TagId tag) {
+  for (const auto& placement : placements_) {
+    Arena& arena = placement->arena();
+    if (arena.tag() != tag || pools_.kind_of(arena.private_pool()) != PoolKind::graph) continue;
+    for (std::uint32_t index = 0; index < arena.regions().size(); ++index) {
+      const Region& region = arena.region(index);
+      for (std::size_t slot = region.table_begin(); slot < region.table_end();) {
+        if (!region.is_mapped(slot)) {
+          ++slot;
+          continue;
+        }
+        std::size_t end = slot;
+        while (end < region.table_end() && region.is_mapped(end)) ++end;
+        tags_.add_mapped_run(tag, {&arena, index, SlotRange{slot, end - slot}});
+        slot = end;
+      }
+    }
+  }
+}
+
+// Every granule a live block of the tag touches gets a page again, and every run a graph pool had mapped.
+// `missing`: the granules that lacked one.
 Result<void> TesseraAllocatorImpl::map_tag(TagId tag, std::size_t& missing) {
   missing = 0;
+  // The runs of graph pools still live (one released while paused gives only its live blocks' pages back).
+  std::vector<TagBook::MappedRun> runs;
+  if (const auto* recorded = tags_.mapped_runs(tag)) {
+    for (const TagBook::MappedRun& run : *recorded) {
+      if (pools_.kind_of(run.arena->private_pool()) == PoolKind::graph) runs.push_back(run);
+    }
+  }
+  auto in_runs = [&](const Arena& arena) {
+    return std::any_of(runs.begin(), runs.end(), [&](const TagBook::MappedRun& run) { return run.arena == &arena; });
+  };
+  for (const TagBook::MappedRun& run : runs) {
+    const Region& region = run.arena->region(run.region);
+    for (std::size_t slot = run.slots.first; slot < run.slots.end(); ++slot) missing += region.is_mapped(slot) ? 0 : 1;
+  }
   visit_live_blocks(tag, [&](Arena& arena, Block& block) {
+    if (in_runs(arena)) return;  // counted with its runs, which hold every slot it touches
     const Region& region = arena.region_of(block);
     const SlotRange touched = arena.touched_slots(block);
     for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
@@ -174,6 +214,15 @@ Result<void> TesseraAllocatorImpl::map_tag(TagId tag, std::size_t& missing) {
     if (failure.ok()) failure = backer_.back(arena, block, true);
   });
   if (!failure.ok()) return failure;
+  for (const TagBook::MappedRun& run : runs) {
+    // The run as a block of its own, for the backer: it maps what the run lacks, as for an allocation.
+    Region& region = run.arena->region(run.region);
+    Block span;
+    span.address = region.slot_address(run.slots.first, granule());
+    span.size = run.slots.count * granule();
+    span.region = run.region;
+    if (auto done = backer_.back(*run.arena, span, true); !done) return done;
+  }
   for (const auto& shared : shared_) {
     if (shared->tag != tag || !shared->block.live) continue;
     if (auto done = remap_shared(*shared); !done) return done;
@@ -277,6 +326,7 @@ Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) 
                                                        name, done.error().message));
     }
     tags_.set_paused(state, true);
+    record_graph_runs(*tag);
     trim_backup_cache();
     placements_.forget_cached();
     const Bytes paused_bytes = live_bytes_of(*tag);
@@ -347,6 +397,7 @@ Result<void> TesseraAllocatorImpl::do_resume(std::string_view name) {
                                                          name, restored.error().message));
   }
   const Bytes resumed = live_bytes_of(*tag);
+  tags_.forget_mapped_runs(*tag);
   tags_.drop_backups_if([&](const Block* block) { return tag_of(block) == *tag; });
   tags_.set_paused(state, false);
   trim_backup_cache();

@@ -93,10 +93,11 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
   // The fast path: the fit is cached memory, a page under each of its slots, and no free waits. The ladder
   // (allocate_slow) would take the same block (slivers are tried first only when the contiguous placement
   // lacks pages), through more branches; kept out of line, so that this path saves and restores little.
-  if (size <= budget_.limit() && pending_.empty() && !mapper_.has_stale_events()) [[likely]] {
+  // While a private pool is active the ladder routes the request (its filter is a call).
+  if (size <= budget_.limit() && pending_.empty() && !mapper_.has_stale_events() && !pools_.any_active()) [[likely]] {
     const Bytes rounded = round_size(size);
     const SizePool pool = pool_for(rounded);
-    if (Placement* placement = placement_for(stream, pool, current_tag()); placement != nullptr) [[likely]] {
+    if (Placement* placement = placement_for(stream, pool, current_tag(), shared_cache); placement != nullptr) [[likely]] {
       Block* fit = placement->fit(rounded);
       if (fit != nullptr && placement->is_cached(*fit, rounded)) return hand_out(placement->take(fit, rounded, size), stream, pool);
     }
@@ -119,7 +120,8 @@ Result<Address> TesseraAllocatorImpl::allocate_slow(Bytes size, StreamId stream)
   const Bytes rounded = round_size(size);
   const SizePool pool = pool_for(rounded);
   const TagId tag = current_tag();
-  Placement* found = placement_for(stream, pool, tag);
+  const PrivatePoolIndex private_pool = pools_.pool_for(stream);
+  Placement* found = placement_for(stream, pool, tag, private_pool);
   if (found == nullptr) {
     return make_error(Errc::invalid_argument,
                       fmt::format("tessera: allocating {} bytes under tag '{}', which is paused (resume it first)",
@@ -136,10 +138,10 @@ Result<Address> TesseraAllocatorImpl::allocate_slow(Bytes size, StreamId stream)
   }
   // Slivers go before the pages of idle cached blocks: those stay usable later, a sliver beside a live block
   // does not.
-  const bool share = can_share_slivers();
+  const bool share = can_share_slivers() && slivers_allowed_in(private_pool);
   auto over_slivers = [&](std::size_t max_middle) -> std::optional<Result<Address>> {
     if (!share) return std::nullopt;
-    auto shared = place_over_slivers(rounded, size, stream, tag, max_middle);
+    auto shared = place_over_slivers(rounded, size, stream, tag, private_pool, max_middle);
     if (shared || shared.error().code != Errc::out_of_memory) return shared;
     return std::nullopt;
   };

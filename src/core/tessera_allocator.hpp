@@ -1,12 +1,14 @@
 // Tessera's allocator: the facade (layer 4) that holds the lock, the fast path and the out-of-memory ladder,
 // over components that own their state and are reached only through their interfaces (docs/architecture.md
 // has the table): the mapper (mapper.hpp, the one part of the core that calls the driver), the budget, the
-// placements, the page backer, the pending frees, the shared blocks, the tag book and the observers. The
+// placements, the page backer, the pending frees, the shared blocks, the tag book, the private pools and the
+// observers. The
 // facade's own steps are split by concern:
 //   tessera_allocator.cpp     the public contract and the out-of-memory ladder: allocate, free, record_stream,
 //                             empty_cache, streams and pending frees
 //   sliver_sharing.cpp        the ladder's last step: a block over slivers of half-used granules
 //   tag_pause.cpp             pausing and resuming the memory of a tag
+//   private_pooling.cpp       allocating to private pools, and what a pool's release gives back
 //   allocator_inspection.cpp  stats, snapshot, history, the out-of-memory report and check()
 #pragma once
 
@@ -22,6 +24,7 @@
 #include "core/pending_frees.hpp"
 #include "core/observers.hpp"
 #include "core/placements.hpp"
+#include "core/private_pools.hpp"
 #include "core/shared_blocks.hpp"
 #include "core/spin_mutex.hpp"
 #include "core/stack_capturer.hpp"
@@ -59,6 +62,9 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
  protected:
   Result<void> do_pause(std::string_view tag, bool backup) override;
   Result<void> do_resume(std::string_view tag) override;
+  Result<void> do_begin_allocate_to_pool(PoolId pool, StreamFilter accepts, PoolKind kind) override;
+  Result<void> do_end_allocate_to_pool(PoolId pool) override;
+  Result<void> do_release_pool(PoolId pool) override;
   Result<Address> do_allocate(Bytes size, StreamId stream) override;
   Result<void> do_deallocate(Address address) override;
   Result<void> do_record_stream(Address address, StreamId stream) override;
@@ -108,8 +114,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
     return rounded <= config_.small_max ? SizePool::small : SizePool::large;
   }
   // Null when the tag is paused (the cached placement is never a paused tag's).
-  Placement* placement_for(StreamId stream, SizePool pool, TagId tag) {
-    const Placements::Key key = Placements::key(stream, pool, tag);
+  Placement* placement_for(StreamId stream, SizePool pool, TagId tag, PrivatePoolIndex private_pool) {
+    const Placements::Key key = Placements::key(stream, pool, tag, private_pool);
     if (Placement* cached = placements_.cached(key)) return cached;
     return find_or_add_placement(key);
   }
@@ -130,8 +136,9 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   bool can_share_slivers() const noexcept;  // the option, where the driver can map a granule at two addresses
   // Fails (out of memory) when it would need more than max_middle whole pages between the slivers.
   Result<Address> place_over_slivers(Bytes rounded, Bytes requested, StreamId stream, TagId tag,
-                                     std::size_t max_middle);
-  void find_slivers(StreamId stream, TagId tag, std::vector<Sliver>& heads, std::vector<Sliver>& tails) const;
+                                     PrivatePoolIndex private_pool, std::size_t max_middle);
+  void find_slivers(StreamId stream, TagId tag, PrivatePoolIndex private_pool, std::vector<Sliver>& heads,
+                    std::vector<Sliver>& tails) const;
   Result<void> free_shared(Block* block);
   bool take_apart(Block* block);
 
@@ -146,6 +153,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   // Unmaps every page under the tag (its shared blocks first: they map granules of its regions), pooling them.
   Result<void> unmap_tag(TagId tag);
   Result<void> map_tag(TagId tag, std::size_t& missing);
+  // Before a pause unmaps: the runs of mapped slots under the tag's graph pools, for the resume.
+  void record_graph_runs(TagId tag);
   Result<void> remap_shared(SharedBlock& shared);
   Result<void> restore_backups(TagId tag);
   Result<void> free_paused(Block* block);
@@ -157,6 +166,16 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   template <class Visit>
   void visit_tag_blocks(TagId tag, Visit&& visit);
   Bytes live_bytes_of(TagId tag);
+
+  // private_pooling.cpp
+  // Whether blocks of `private_pool` may be built over slivers: not in a graph pool, whose freed blocks'
+  // addresses its graph replays into (a shared block's range goes when it is freed).
+  bool slivers_allowed_in(PrivatePoolIndex private_pool) const;
+  // Whether any block of the pool's arenas is live or waits for events.
+  bool holds_blocks(PrivatePoolIndex private_pool) const;
+  // A released pool's cached memory goes back to the shared cache: its idle pages into the page pool.
+  Result<void> give_back_pool(PrivatePoolIndex private_pool);
+  std::optional<std::string> check_private_pools() const;
 
   // allocator_inspection.cpp
   PoolHeld held_by(SizePool pool) const override;  // PoolProbe: under the lock, as every notify is
@@ -184,6 +203,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   support::AddressTable<Block*> live_;  // a block's arena is block->arena: null for a shared block
   SharedBlocks shared_;
   TagBook tags_;
+  PrivatePools pools_;
   PageBacker backer_;
   detail::ForkGuardMembership fork_membership_{*this, detail::ForkRank::allocator};  // last: leaves first
 };
