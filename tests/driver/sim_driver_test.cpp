@@ -104,7 +104,8 @@ TEST(SimDriver, DefaultModelChargesChunkCallsPerCall) {
 // per_byte: create_chunk is 10 us + 183 us per 2 MiB, release_chunk 2 us + 8 us per 2 MiB (docs/drivers.md),
 // so one granule costs what per_call charges and two granules nearly twice as much. Mapping stays per call.
 TEST(SimDriver, PerByteModelChargesChunkCallsByTheirBytes) {
-  auto sim = TESSERA_OK(make_sim_driver({.capacity = 64 * MiB, .latency = LatencyModel::a100(LatencyScaling::per_byte)}));
+  auto sim =
+      TESSERA_OK(make_sim_driver({.capacity = 64 * MiB, .latency = LatencyModel::a100(LatencyScaling::per_byte)}));
   Driver& driver = *sim.driver;
   const CallTally& modelled = sim.clock->modelled();
   const Address base = TESSERA_OK(driver.reserve(8 * MiB));

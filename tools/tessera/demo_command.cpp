@@ -100,7 +100,8 @@ int run_replay_demo(const DemoOptions& options) {
   ReplayPlan plan;
   plan.allocators = resolve_allocators(options.allocators, "--allocators");
   plan.options.driver = options.driver.empty() ? "sim" : options.driver;
-  plan.options.sim_latency = parse_latency_model_argument("--latency-model", options.latency_model, plan.options.driver);
+  plan.options.sim_latency =
+      parse_latency_model_argument("--latency-model", options.latency_model, plan.options.driver);
   plan.options.series_points = html_series_points;
   plan.min_capacity = true;
   plan.jobs = options.jobs;
