@@ -34,8 +34,21 @@ Result<std::unique_ptr<Driver>> make_host_driver(const HostDriverOptions& option
 struct CallLatency {
   double fixed_us = 0;
   double per_extra_granule_us = 0;
-  double per_byte_ns = 0;  // bytes moved (host buffers, copies): 1 / bandwidth in GB/s
+  double per_byte_ns = 0;  // bytes moved (host buffers, copies: 1 / bandwidth in GB/s) or created (per_byte)
 };
+
+// How a chunk's cost grows with its size: the choice `tessera replay --latency-model` names. The published
+// figures are for one 2 MiB granule and say nothing of larger chunks, so the two models bracket them:
+//   per_call  every call costs its 2 MiB figure whatever its size (the default; larger chunks are free).
+//   per_byte  create_chunk and release_chunk cost a fixed part plus a part in proportion to the chunk's
+//             bytes, equal to per_call at 2 MiB (larger chunks cost almost what their granules would one by
+//             one). The other calls cost what they cost in per_call. docs/drivers.md has the figures.
+enum class LatencyScaling : std::uint8_t { per_call, per_byte };
+
+std::string_view to_string(LatencyScaling scaling) noexcept;
+// "per_call" or "per_byte"; anything else is empty.
+std::optional<LatencyScaling> latency_scaling_named(std::string_view name) noexcept;
+std::vector<std::string_view> latency_scaling_names();
 
 struct LatencyModel {
   std::array<CallLatency, driver_call_count> of{};
@@ -45,10 +58,10 @@ struct LatencyModel {
 
   // Published A100 figures (kvcached's VMM benchmark) plus documented assumptions for
   // the calls it does not cover; see docs/drivers.md.
-  static LatencyModel a100();
+  static LatencyModel a100(LatencyScaling scaling = LatencyScaling::per_call);
   // ACL's VMM calls on an Ascend 910B: assumptions, each the A100 figure of the matching CUDA call, since
   // no measurement of them is known to this project; no set-access call (docs/drivers.md).
-  static LatencyModel ascend_910b();
+  static LatencyModel ascend_910b(LatencyScaling scaling = LatencyScaling::per_call);
 };
 
 // The platform whose VMM contract the sim driver follows. cuda: map() needs set_access(), a page may be
@@ -65,8 +78,8 @@ struct SimDriverOptions {
   LatencyModel latency = LatencyModel::a100();
   SimPlatform platform = SimPlatform::cuda;
 
-  // An Ascend 910B of 64 GiB HBM: 2 MiB granule, the ascend platform, LatencyModel::ascend_910b().
-  static SimDriverOptions ascend_910b();
+  // An Ascend 910B of 64 GiB HBM: 2 MiB granule, the ascend platform, LatencyModel::ascend_910b(scaling).
+  static SimDriverOptions ascend_910b(LatencyScaling scaling = LatencyScaling::per_call);
 };
 
 // The sim driver's own counters: every call it executed and the modelled nanoseconds charged.

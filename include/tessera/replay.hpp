@@ -45,6 +45,9 @@ struct ReplayOptions {
   std::string allocator = "tessera";
   std::string driver = "sim";  // "sim" or "host": a replay never needs an accelerator
   SimPlatform sim_platform = SimPlatform::cuda;  // sim only: whose VMM contract and latencies it models
+  // sim only: how a chunk's modelled cost grows with its bytes (docs/drivers.md). Results name the model
+  // in `driver` ("sim (per_byte)") unless it is the default, so that default reports read as they did.
+  LatencyScaling sim_latency = LatencyScaling::per_call;
   std::optional<Bytes> capacity;  // none: unlimited
   Bytes granularity = 2 * MiB;    // a power of two, at least min_replay_granularity
   AllocatorConfig tessera_config;

@@ -9,50 +9,6 @@
 
 namespace tessera {
 
-LatencyModel LatencyModel::a100() {
-  LatencyModel model;
-  // Published figures (kvcached's VMM benchmark on an A100).
-  model[DriverCall::reserve] = {19.0, 0.0};       // 8 GB reservation; taken as size-independent
-  model[DriverCall::create_chunk] = {193.0, 0.0};  // cuMemCreate of 2 MiB
-  model[DriverCall::map] = {1.45, 0.0};           // per call: larger handles map as fast as small ones
-  model[DriverCall::set_access] = {36.0, 0.0};
-  model[DriverCall::unmap] = {25.6, 0.0};
-  // Assumptions, until a measurement replaces them (docs/drivers.md).
-  model[DriverCall::release_chunk] = {10.0, 0.0};
-  model[DriverCall::release_reservation] = {19.0, 0.0};
-  model[DriverCall::create_event] = {1.0, 0.0};
-  model[DriverCall::record_event] = {2.0, 0.0};
-  model[DriverCall::query_event] = {0.5, 0.0};
-  model[DriverCall::synchronize_event] = {5.0, 0.0};
-  model[DriverCall::destroy_event] = {1.0, 0.0};
-  model[DriverCall::synchronize_stream] = {5.0, 0.0};
-  model[DriverCall::synchronize_device] = {10.0, 0.0};
-  model[DriverCall::copy] = {0.0, 0.0};
-  // Host buffers and backup copies: assumptions (docs/drivers.md). Copies run at a PCIe Gen5 x16 link's
-  // practical rate for pinned memory, 50 GB/s each way (64 GB/s raw), 0.02 ns a byte, plus 10 us a call
-  // for the launch and the wait; pinning host pages runs at 10 GB/s.
-  model[DriverCall::allocate_host] = {10.0, 0.0, 0.1};
-  model[DriverCall::free_host] = {10.0, 0.0, 0.0};
-  model[DriverCall::copy_to_host] = {10.0, 0.0, 0.02};
-  model[DriverCall::copy_to_device] = {10.0, 0.0, 0.02};
-  return model;
-}
-
-LatencyModel LatencyModel::ascend_910b() {
-  // aclrtReserveMemAddress, aclrtMallocPhysical, aclrtMapMem, aclrtUnmapMem, aclrtFreePhysical,
-  // aclrtReleaseMemAddress and ACL's events and synchronization: assumed to cost what the matching CUDA
-  // call costs on an A100, for want of a measurement on a 910B. ACL has no set-access call; the ascend
-  // platform never makes one, and it is charged nothing should a caller try.
-  LatencyModel model = a100();
-  model[DriverCall::set_access] = {0.0, 0.0};
-  return model;
-}
-
-SimDriverOptions SimDriverOptions::ascend_910b() {
-  return {.capacity = 64 * GiB, .granularity = 2 * MiB, .latency = LatencyModel::ascend_910b(),
-          .platform = SimPlatform::ascend};
-}
-
 namespace {
 
 using detail::PlatformHandle;

@@ -1,11 +1,15 @@
 // The replay engine: one trace, one allocator, one driver, one capacity.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
 #include <exception>
 #include <limits>
 #include <new>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "replay/segment_log.hpp"
 #include "tessera/baselines.hpp"
@@ -46,12 +50,27 @@ Result<std::unique_ptr<DeviceAllocator>> make_logged_allocator(const ReplayOptio
   return allocator;
 }
 
+// The results' `driver`: "sim", "host", or the sim with what it models that is not the default, as
+// "sim (ascend, per_byte)". The default stays a bare "sim", so that reports made before the choices existed
+// compare field by field.
+std::string driver_label(const ReplayOptions& options) {
+  if (options.driver != "sim") return options.driver;
+  std::vector<std::string_view> choices;
+  if (options.sim_platform == SimPlatform::ascend) choices.push_back("ascend");
+  if (options.sim_latency != LatencyScaling::per_call) choices.push_back(to_string(options.sim_latency));
+  return choices.empty() ? options.driver : fmt::format("sim ({})", fmt::join(choices, ", "));
+}
+
 Result<Rig> build_rig(const Trace& trace, const ReplayOptions& options, std::optional<Bytes> capacity) {
   Rig rig;
   std::unique_ptr<Driver> base;
   if (options.driver == "sim") {
-    SimDriverOptions sim_options =
-        options.sim_platform == SimPlatform::ascend ? SimDriverOptions::ascend_910b() : SimDriverOptions{};
+    SimDriverOptions sim_options;
+    if (options.sim_platform == SimPlatform::ascend) {
+      sim_options = SimDriverOptions::ascend_910b(options.sim_latency);
+    } else {
+      sim_options.latency = LatencyModel::a100(options.sim_latency);
+    }
     sim_options.capacity = capacity.value_or(sim_unlimited);
     sim_options.granularity = options.granularity;
     auto sim = make_sim_driver(sim_options);
@@ -61,6 +80,10 @@ Result<Rig> build_rig(const Trace& trace, const ReplayOptions& options, std::opt
   } else if (options.driver == "host") {
     if (options.sim_platform != SimPlatform::cuda) {
       return make_error(Errc::invalid_argument, "replay: a platform other than cuda is for the sim driver only");
+    }
+    if (options.sim_latency != LatencyScaling::per_call) {
+      return make_error(Errc::invalid_argument,
+                        "replay: a latency model is for the sim driver only; the host driver's times are measured");
     }
     // Unlimited on the host driver: four times the trace's peak (the memfd is sparse; nothing is touched),
     // and no more than the sim driver's unlimited, so that a trace of absurd sizes neither overflows it nor
@@ -255,8 +278,7 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options) {
   ReplayResult result;
   result.trace = trace.name;
   result.allocator = options.allocator;
-  result.driver = options.driver;
-  if (options.driver == "sim" && options.sim_platform == SimPlatform::ascend) result.driver = "sim (ascend)";
+  result.driver = driver_label(options);
   result.capacity = options.capacity;
 
   double frag_sum = 0;

@@ -82,6 +82,82 @@ TEST(SimDriver, DefaultsAreThePublishedA100Figures) {
   EXPECT_DOUBLE_EQ(model[DriverCall::reserve].fixed_us, 19.0);
 }
 
+// The default latency model charges a chunk call its 2 MiB figure whatever the chunk's size: the figures
+// that every saved report was made with.
+TEST(SimDriver, DefaultModelChargesChunkCallsPerCall) {
+  const LatencyModel per_call = LatencyModel::a100(LatencyScaling::per_call);
+  const LatencyModel defaults = SimDriverOptions{}.latency;
+  for (std::size_t kind = 0; kind < driver_call_count; ++kind) {
+    EXPECT_EQ(defaults.of[kind].fixed_us, per_call.of[kind].fixed_us) << to_string(static_cast<DriverCall>(kind));
+    EXPECT_EQ(defaults.of[kind].per_extra_granule_us, per_call.of[kind].per_extra_granule_us);
+    EXPECT_EQ(defaults.of[kind].per_byte_ns, per_call.of[kind].per_byte_ns);
+  }
+  auto sim = TESSERA_OK(make_sim_driver());
+  const ChunkId one = TESSERA_OK(sim.driver->create_chunk(2 * MiB));
+  const ChunkId two = TESSERA_OK(sim.driver->create_chunk(4 * MiB));
+  TESSERA_OK(sim.driver->release_chunk(one));
+  TESSERA_OK(sim.driver->release_chunk(two));
+  EXPECT_EQ(sim.clock->modelled().nanoseconds_of(DriverCall::create_chunk), 2 * 193'000u);
+  EXPECT_EQ(sim.clock->modelled().nanoseconds_of(DriverCall::release_chunk), 2 * 10'000u);
+}
+
+// per_byte: create_chunk is 10 us + 183 us per 2 MiB, release_chunk 2 us + 8 us per 2 MiB (docs/drivers.md),
+// so one granule costs what per_call charges and two granules nearly twice as much. Mapping stays per call.
+TEST(SimDriver, PerByteModelChargesChunkCallsByTheirBytes) {
+  auto sim =
+      TESSERA_OK(make_sim_driver({.capacity = 64 * MiB, .latency = LatencyModel::a100(LatencyScaling::per_byte)}));
+  Driver& driver = *sim.driver;
+  const CallTally& modelled = sim.clock->modelled();
+  const Address base = TESSERA_OK(driver.reserve(8 * MiB));
+
+  const ChunkId one = TESSERA_OK(driver.create_chunk(2 * MiB));
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::create_chunk), 193'000u) << "the per_call figure at 2 MiB";
+  const ChunkId two = TESSERA_OK(driver.create_chunk(4 * MiB));
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::create_chunk), 193'000u + 376'000u) << "10 + 2 x 183 us";
+
+  TESSERA_OK(driver.map(base, one));
+  const std::uint64_t one_map = modelled.nanoseconds_of(DriverCall::map);
+  TESSERA_OK(driver.map(base + 2 * MiB, two));
+  EXPECT_EQ(one_map, 1'450u);
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::map), 2 * one_map) << "a mapping costs the same at any size";
+  TESSERA_OK(driver.unmap(base));
+  TESSERA_OK(driver.unmap(base + 2 * MiB));
+
+  TESSERA_OK(driver.release_chunk(one));
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::release_chunk), 10'000u);
+  TESSERA_OK(driver.release_chunk(two));
+  EXPECT_EQ(modelled.nanoseconds_of(DriverCall::release_chunk), 10'000u + 18'000u) << "2 + 2 x 8 us";
+  TESSERA_OK(driver.release_reservation(base));
+}
+
+// The calibration: at one 2 MiB granule every call costs the same in both models, on both platforms.
+TEST(SimDriver, LatencyModelsAgreeAtOneGranule) {
+  constexpr double granule = 2.0 * MiB;
+  auto at_one_granule = [&](const CallLatency& cost) { return cost.fixed_us * 1000.0 + cost.per_byte_ns * granule; };
+  for (auto make : {&LatencyModel::a100, &LatencyModel::ascend_910b}) {
+    const LatencyModel per_call = make(LatencyScaling::per_call);
+    const LatencyModel per_byte = make(LatencyScaling::per_byte);
+    for (std::size_t kind = 0; kind < driver_call_count; ++kind) {
+      EXPECT_DOUBLE_EQ(at_one_granule(per_byte.of[kind]), at_one_granule(per_call.of[kind]))
+          << to_string(static_cast<DriverCall>(kind));
+    }
+    EXPECT_GT(per_byte[DriverCall::create_chunk].per_byte_ns, 0.0);
+    EXPECT_LT(per_byte[DriverCall::create_chunk].fixed_us, per_call[DriverCall::create_chunk].fixed_us);
+  }
+}
+
+TEST(SimDriver, LatencyModelsGoByTheirNames) {
+  EXPECT_EQ(latency_scaling_names(), (std::vector<std::string_view>{"per_call", "per_byte"}));
+  for (std::string_view name : latency_scaling_names()) {
+    const auto scaling = latency_scaling_named(name);
+    ASSERT_TRUE(scaling.has_value()) << name;
+    EXPECT_EQ(to_string(*scaling), name);
+  }
+  EXPECT_EQ(latency_scaling_named("per_byte"), LatencyScaling::per_byte);
+  EXPECT_FALSE(latency_scaling_named("bytes").has_value());
+  EXPECT_FALSE(latency_scaling_named("").has_value());
+}
+
 // The ascend platform holds callers to ACL's contract as the ascend driver declares it: a physical handle is
 // mapped whole, at one address at a time, and nothing needs set-access.
 TEST(SimDriver, AscendPlatformMapsWholeHandlesOnceAndNeedsNoSetAccess) {

@@ -126,6 +126,29 @@ TEST(Replay, AscendPlatformOfTheSimDriverHasNoSetAccess) {
   EXPECT_NE(host.error().message.find("sim driver only"), std::string::npos);
 }
 
+// The per_byte latency model changes what the driver time is, never what the allocator does; the result
+// names it. PyTorch's model creates a 2 MiB segment for the initial block and one of 20 MiB for the rest.
+TEST(Replay, PerByteLatencyModelChargesLargeChunksMore) {
+  ReplayOptions per_call;
+  per_call.allocator = "pytorch";
+  ReplayOptions per_byte = per_call;
+  per_byte.sim_latency = LatencyScaling::per_byte;
+  const ReplayResult by_call = must(replay(small_trace(), per_call));
+  const ReplayResult by_byte = must(replay(small_trace(), per_byte));
+  EXPECT_EQ(by_call.driver, "sim");
+  EXPECT_EQ(by_byte.driver, "sim (per_byte)");
+  EXPECT_EQ(by_byte.driver_calls.calls, by_call.driver_calls.calls);
+  EXPECT_EQ(by_byte.peak_reserved, by_call.peak_reserved);
+  ASSERT_EQ(by_call.driver_calls.calls_of(DriverCall::create_chunk), 2u);
+  // The 2 MiB create costs 193 us in both; the 20 MiB one 10 + 10 x 183 us instead of 193 us.
+  EXPECT_EQ(by_byte.driver_time_ns, by_call.driver_time_ns + (1'840'000u - 193'000u));
+
+  per_byte.driver = "host";
+  auto host = replay(small_trace(), per_byte);
+  ASSERT_FALSE(host.ok());
+  EXPECT_NE(host.error().message.find("sim driver only"), std::string::npos);
+}
+
 TEST(Replay, IdealIsTheLiveBytesRoundedToTheGranule) {
   const ReplayResult ideal = ideal_result(small_trace(), 2 * MiB);
   EXPECT_EQ(ideal.peak_allocated, 11 * MiB);

@@ -9,9 +9,12 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "command.hpp"
 #include "demo.hpp"
+#include "latency_argument.hpp"
 #include "replay_runner.hpp"
 #include "report_output.hpp"
 #include "tessera/workload.hpp"
@@ -53,6 +56,7 @@ struct DemoOptions {
   std::string traces_dir;
   bool all = false;
   std::vector<std::string> allocators;
+  std::optional<std::string> latency_model;  // the replay demo on the sim driver only
   unsigned jobs = 1;
   ReportOutputs outputs{.json = "", .html = "tessera-demo.html"};
 };
@@ -96,6 +100,8 @@ int run_replay_demo(const DemoOptions& options) {
   ReplayPlan plan;
   plan.allocators = resolve_allocators(options.allocators, "--allocators");
   plan.options.driver = options.driver.empty() ? "sim" : options.driver;
+  plan.options.sim_latency =
+      parse_latency_model_argument("--latency-model", options.latency_model, plan.options.driver);
   plan.options.series_points = html_series_points;
   plan.min_capacity = true;
   plan.jobs = options.jobs;
@@ -153,8 +159,11 @@ int run_replay_demo(const DemoOptions& options) {
   for (std::size_t i = 0; i < paths.size(); ++i) sources.emplace_back(traces[i].name, paths[i]);
   const std::vector<ReplayResult> results = run_replays(traces, plan);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string model = latency_model_note(plan.options);
+  if (!model.empty()) fmt::print(notes_stream(options.outputs), "{}\n", model);
   const int status = write_outputs(results, options.outputs, "tessera demo",
-                                   fmt::format("Made by: {}\nTraces from {}.", command_line(), dir.string()));
+                                   fmt::format("Made by: {}\nTraces from {}.{}{}", command_line(), dir.string(),
+                                               model.empty() ? "" : "\n", model));
   fmt::print(notes_stream(options.outputs), "done in {:.1f} s\n", seconds);
   return report_failures(results, sources, "tessera demo") ? status : exit_failure;
 }
@@ -173,6 +182,7 @@ Command add_demo_command(CLI::App& parent) {
                   fmt::format("Folder of traces (default: {})", default_traces_dir().string()));
   app->add_flag("--all", options->all, "Replay every trace in the folder, not the demo's handful");
   app->add_option("--allocators", options->allocators, "Comma-separated allocators (default: all)")->delimiter(',');
+  app->add_option("--latency-model", options->latency_model, std::string(latency_model_help));
   app->add_option("--jobs,-j", options->jobs, jobs_help)->capture_default_str();
   add_report_outputs(*app, options->outputs);
   app->get_option("--html")->capture_default_str();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "latency_argument.hpp"
 #include "replay_options.hpp"
 #include "report_output.hpp"
 #include "tessera/trace.hpp"
@@ -112,7 +113,10 @@ int run_replay_command(const ReplayCommandOptions& options) {
   std::vector<std::pair<std::string, std::string>> sources;
   for (std::size_t i = 0; i < traces.size(); ++i) sources.emplace_back(traces[i].name, options.traces[i]);
   const std::vector<ReplayResult> results = with_real_lines(run_replays(traces, plan), traces, recorded);
-  const int written = write_outputs(results, options.outputs, "tessera replay", fmt::format("Made by: {}", command_line()));
+  const std::string model = latency_model_note(plan.options);
+  if (!model.empty()) fmt::print(notes_stream(options.outputs), "{}\n", model);
+  const int written = write_outputs(results, options.outputs, "tessera replay",
+                                    fmt::format("Made by: {}{}{}", command_line(), model.empty() ? "" : "\n", model));
   // A failed replay is reported for its allocator once every result is out; the run then exits 1.
   const int status = report_failures(results, sources, "tessera replay") ? written : exit_failure;
   if (options.snapshot.empty() || written != exit_success) return status;

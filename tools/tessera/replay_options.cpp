@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "latency_argument.hpp"
 #include "sizes.hpp"
 #include "support/sizes.hpp"
 #include "tessera/allocator.hpp"
@@ -24,6 +25,8 @@ void add_replay_arguments(CLI::App& app, ReplayArguments& arguments) {
                  "mapping, no set-access, assumed latencies; docs/drivers.md)")
       ->check(CLI::IsMember({"cuda", "ascend"}))
       ->capture_default_str();
+  // Checked after parsing, so that an unknown name's message names the option and the choices.
+  app.add_option("--latency-model", arguments.latency_model, std::string(latency_model_help));
   app.add_option("--capacity", arguments.capacity, "Device capacity, e.g. 80GiB (default: unlimited)");
   app.add_option("--granule", arguments.granule,
                  fmt::format("The driver's granule in bytes (or with a unit), a power of two of at least {}",
@@ -48,6 +51,7 @@ ReplayPlan make_replay_plan(const ReplayArguments& arguments) {
     }
     plan.options.sim_platform = SimPlatform::ascend;
   }
+  plan.options.sim_latency = parse_latency_model_argument("--latency-model", arguments.latency_model, arguments.driver);
   if (arguments.capacity) plan.options.capacity = parse_size_argument("--capacity", *arguments.capacity);
   plan.options.granularity = parse_granule_argument("--granule", arguments.granule, min_replay_granularity);
   if (plan.options.capacity && *plan.options.capacity < plan.options.granularity) {

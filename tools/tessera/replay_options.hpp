@@ -16,6 +16,7 @@ struct ReplayArguments {
   std::vector<std::string> allocators;
   std::string driver = "sim";
   std::string platform = "cuda";  // sim only: cuda or ascend
+  std::optional<std::string> latency_model;  // sim only: per_call (none given) or per_byte
   std::optional<std::string> capacity;
   std::string granule = "2MiB";
   std::optional<std::string> conf;
