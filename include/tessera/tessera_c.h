@@ -170,6 +170,20 @@ TESSERA_C_API int tessera_resume(int device, const char* tag);
  * allocator; NULL and TESSERA_ERROR_INVALID_ARGUMENT for a device out of range. */
 TESSERA_C_API const char* tessera_tags_json(int device);
 
+/* ---- Private pools (docs/pytorch.md, "Private pools"): a pool is named by two integers (PyTorch's
+ * MempoolId_t). While a pool is begun, this thread's allocations on `device` go into it, and a freed block of
+ * the pool is reused only by allocations into it; several begins of one pool share it. Allocations under a
+ * tag (tessera_push_tag) inside a pool carry the tag too: pausing the tag pauses them. `kind` 0 is a graph
+ * pool (it keeps every page it was given until released: a CUDA graph replays into its freed blocks too),
+ * 1 a plain pool (its idle pages may be reclaimed like the shared cache's). Releasing takes one begin's use
+ * away; the last releases the pool, and its cached memory goes back to the shared cache. 0 on success; -1 and
+ * a message naming the pool: id (0, 0) or a kind other than 0 or 1 (INVALID_ARGUMENT), an end without a
+ * begin or a release of no pool (NOT_FOUND), a release while it is still begun (INVALID_ARGUMENT).
+ * PyTorch's CUDA graph hooks, with their C++ types, are in tessera_torch_hooks.hpp. */
+TESSERA_C_API int tessera_pool_begin(int device, uint64_t id_first, uint64_t id_second, int kind);
+TESSERA_C_API int tessera_pool_end(int device, uint64_t id_first, uint64_t id_second);
+TESSERA_C_API int tessera_pool_release(int device, uint64_t id_first, uint64_t id_second);
+
 /* ---- Errors.
  *
  * Per thread, like errno, but never stale: every tessera_* function except the four below first sets the

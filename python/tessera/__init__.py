@@ -16,8 +16,8 @@ tessera.torch.enable(..., patch_torch=True), and the same functions with PyTorch
 tessera.torch_views). Failures raise the exception of their kind (tessera.errors: TesseraOutOfMemoryError,
 TesseraValueError, TesseraNotFoundError, ..., each a TesseraError). docs/pytorch.md is the guide.
 
-This module only gathers the package's names; they live in tessera.api, tessera.regions, tessera.torch_views
-and tessera.errors, none of which imports this one.
+This module only gathers the package's names; they live in tessera.api, tessera.regions, tessera.pools,
+tessera.torch_views and tessera.errors, none of which imports this one.
 """
 
 from tessera.api import (
@@ -47,6 +47,7 @@ from tessera.errors import (
     TesseraUnsupportedError,
     TesseraValueError,
 )
+from tessera.pools import Pool, use_pool
 from tessera.regions import pause, region, resume, sleep, wake_up
 from tessera.torch_views import (
     _dump_snapshot,
@@ -60,6 +61,7 @@ from tessera.torch_views import (
 
 __all__ = [
     "ErrorCode",
+    "Pool",
     "TesseraError",
     "TesseraHostOutOfMemoryError",
     "TesseraNotFoundError",
@@ -88,6 +90,7 @@ __all__ = [
     "sleep",
     "tag_stats",
     "tags",
+    "use_pool",
     "version",
     "wake_up",
 ]

@@ -65,6 +65,9 @@ SIGNATURES = {
     "tessera_pause": (_c.c_int, [_c.c_int, _c.c_char_p, _c.c_int]),
     "tessera_resume": (_c.c_int, [_c.c_int, _c.c_char_p]),
     "tessera_tags_json": (_c.c_char_p, [_c.c_int]),
+    "tessera_pool_begin": (_c.c_int, [_c.c_int, _c.c_uint64, _c.c_uint64, _c.c_int]),
+    "tessera_pool_end": (_c.c_int, [_c.c_int, _c.c_uint64, _c.c_uint64]),
+    "tessera_pool_release": (_c.c_int, [_c.c_int, _c.c_uint64, _c.c_uint64]),
 }
 del _c
 

@@ -1,5 +1,6 @@
-# The dynamic symbols libtessera_c.so defines are exactly the functions tessera_c.h declares.
-#   cmake -DLIBRARY=libtessera_c.so -DHEADER=tessera_c.h -P check_exports.cmake
+# The dynamic symbols libtessera_c.so defines are exactly the functions tessera_c.h (and the C++ hooks header,
+# when given) declare.
+#   cmake -DLIBRARY=libtessera_c.so -DHEADER=tessera_c.h [-DHOOKS_HEADER=tessera_torch_hooks.hpp] -P check_exports.cmake
 find_program(NM nm REQUIRED)
 execute_process(COMMAND ${NM} -D --defined-only ${LIBRARY} OUTPUT_VARIABLE symbols RESULT_VARIABLE failed)
 if(failed)
@@ -13,6 +14,10 @@ foreach(line IN LISTS lines)
   list(APPEND exported ${name})
 endforeach()
 file(READ ${HEADER} header)
+if(DEFINED HOOKS_HEADER)
+  file(READ ${HOOKS_HEADER} hooks)
+  string(APPEND header "${hooks}")
+endif()
 string(REGEX MATCHALL "TESSERA_C_API [^(]*[ *](tessera_[a-z0-9_]+)\\(" declarations "${header}")
 set(declared)
 foreach(declaration IN LISTS declarations)
@@ -22,7 +27,7 @@ endforeach()
 list(SORT exported)
 list(SORT declared)
 if(NOT exported STREQUAL declared)
-  message(FATAL_ERROR "libtessera_c.so exports\n  ${exported}\nbut tessera_c.h declares\n  ${declared}")
+  message(FATAL_ERROR "libtessera_c.so exports\n  ${exported}\nbut the headers declare\n  ${declared}")
 endif()
 list(LENGTH declared count)
-message(STATUS "libtessera_c.so exports exactly the ${count} functions of tessera_c.h")
+message(STATUS "libtessera_c.so exports exactly the ${count} functions of its headers")
