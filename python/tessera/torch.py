@@ -133,6 +133,37 @@ def _install_hooks(allocator, prefix, reset_name):
             getattr(handle, setter)(_address(lib, symbol))
 
 
+# PyTorch's CUDA graph pool hooks (CUDAPluggableAllocator, PyTorch 2.3 and later; torch_npu's where it has them):
+# the setter -> the C function (tessera_torch_hooks.hpp) with the C++ type PyTorch casts its address to. All three
+# or none: a begin without its end would route every later allocation of the capture's streams to the pool.
+_POOL_HOOKS = {
+    "set_begin_allocate_to_pool": "tessera{}_begin_allocate_to_pool",
+    "set_end_allocate_to_pool_fn": "tessera{}_end_allocate_to_pool",
+    "set_release_pool": "tessera{}_release_pool",
+}
+
+
+def _install_pool_hooks(allocator, kind, prefix):
+    """Installs the graph pool hooks where this PyTorch offers all three setters; says once what it did.
+    Returns whether they are installed."""
+    lib = _lib.library()
+    handle = _allocator_handle(allocator)
+    offered = [setter for setter in _POOL_HOOKS if handle is not None and hasattr(handle, setter)]
+    installed = len(offered) == len(_POOL_HOOKS)
+    if installed:
+        for setter in offered:
+            getattr(handle, setter)(_address(lib, _POOL_HOOKS[setter].format(prefix)))
+        notice = (f"tessera.torch.enable({kind!r}): graph pool hooks installed ({', '.join(offered)}): a captured "
+                  "graph takes its memory from a Tessera graph pool, which keeps it until the graph is destroyed")
+    else:
+        lacking = [setter for setter in _POOL_HOOKS if setter not in offered]
+        notice = (f"tessera.torch.enable({kind!r}): this PyTorch ({torch.__version__}) lacks "
+                  f"{', '.join(lacking)} (PyTorch 2.3 has them), so graph capture cannot use Tessera: do not "
+                  "capture graphs with Tessera enabled")
+    pytorch_conf.tell_once(notice, lambda text: warnings.warn(text, stacklevel=6))  # at enable()'s caller
+    return installed
+
+
 # torch_npu's statistics hooks (NPUPluggableAllocator of torch_npu 2.7.1; earlier ones may lack them), so that
 # torch_npu.npu.memory_stats(), max_memory_reserved() and memory_summary() read Tessera's figures (tessera_c.h:
 # tessera_npu_device_stats).
@@ -177,6 +208,7 @@ def _enable_cuda(conf, driver):
     _configure(driver, conf)
     allocator = memory.CUDAPluggableAllocator(_lib.path(), "tessera_torch_alloc", "tessera_free")
     _install_hooks(allocator, "", "tessera_empty_cache")
+    _install_pool_hooks(allocator, "cuda", "")
     try:
         memory.change_current_allocator(allocator)
     except RuntimeError as error:
@@ -197,6 +229,7 @@ def _enable_npu(conf, driver):
     allocator = memory.NPUPluggableAllocator(_lib.path(), "tessera_torch_npu_alloc", "tessera_npu_free")
     _install_hooks(allocator, "_npu", "tessera_npu_empty_cache")
     _install_npu_stats_hooks(allocator)
+    _install_pool_hooks(allocator, "npu", "_npu")
     try:
         memory.change_current_allocator(allocator)
     except RuntimeError as error:

@@ -97,6 +97,9 @@ class EnableNpuTest(unittest.TestCase):
         installed = allocator.allocator().installed
         self.assertEqual(installed, {setter: address(symbol) for setter, symbol in EXPECTED.items()})
         self.assertEqual(len(set(installed.values())), len(EXPECTED), "six different functions")
+        pool_messages = [str(w.message) for w in caught if "graph" in str(w.message)]
+        self.assertEqual(len(pool_messages), 1, pool_messages)
+        self.assertIn("lacks set_begin_allocate_to_pool", pool_messages[0])  # this torch_npu offers none
         messages = [str(w.message) for w in caught if "statistics hooks" in str(w.message)]
         self.assertEqual(len(messages), 1, messages)  # once, though enable ran twice
         self.assertIn("installed: set_get_device_stats_fn, set_reset_peak_status_fn", messages[0])
