@@ -19,7 +19,7 @@
 //   region       one reservation of an arena, sized for the whole device, tiled by blocks.
 //   slot         one granule-sized place of a region; the page table says which page is mapped at each.
 //   mapping      one page mapped at one virtual address. Unmapped whole, never in part.
-//   arena        the regions of one (stream, size pool, tag), their blocks and their page tables.
+//   arena        the regions of one (stream, size pool, tag, private pool), their blocks and their page tables.
 //   frontier     a region's untouched end, where its arena grows: its last block where the arena grows up,
 //                its first where it grows down.
 //
@@ -36,6 +36,9 @@
 //   stitching    mapping pages taken from several idle places into one new contiguous block.
 //   tag          the part of a job a block belongs to ("weights", "kv_cache"; "default" when none is open):
 //                the unit of pause and resume (tessera/tags.hpp).
+//   private pool memory that only allocations into it reuse (PoolId, PyTorch's MempoolId_t): a CUDA graph's
+//                (a graph pool, which keeps every page until released) or tessera.use_pool's (a plain pool).
+//                The blocks outside every private pool are the shared cache.
 //   paused       a tag whose pages were given back while its blocks keep their addresses; a paused block's
 //                bytes are in a host backup or gone until the tag is resumed.
 //   backup       the host copy of a paused live block.
