@@ -524,7 +524,7 @@ class OpsRun {
   OpsReport run() {
     set_up();
     while (!in_.done()) {
-      const std::uint8_t opcode = in_.u8() % 16;
+      const std::uint8_t opcode = in_.u8() % 20;
       step(opcode);
       ++report_.operations;
       // The counters after every operation; the snapshot and the bytes of every block (sampled) too while
@@ -728,7 +728,122 @@ class OpsRun {
         for (const auto& [address, live] : live_) check_data(address, live);
         break;
       }
+      case 16: begin_pool(); break;
+      case 17: end_pool(); break;
+      case 18: release_pool(); break;
+      case 19: check_graph_pools(); break;
       default: break;
+    }
+  }
+
+  // Private pools: ids (1, 0..3), each begun with a filter that accepts one stream. The model keeps their
+  // uses, the ones active, and every range allocated into each while it lives: no allocation outside a pool
+  // may land on one, and a graph pool's ranges stay mapped until it is released.
+  struct PoolModel {
+    PoolKind kind = PoolKind::graph;
+    std::uint32_t uses = 0;
+    std::vector<std::pair<Address, Bytes>> extents;
+  };
+  static PoolId pool_id(std::uint8_t id) { return PoolId{1, id}; }
+
+  void begin_pool() {
+    const std::uint8_t choice = in_.u8();
+    const StreamId stream = stream_operand();
+    if (choice == 255) {
+      last_ = "begin pool (0, 0)";
+      auto refused = allocator_->begin_allocate_to_pool(PoolId{}, [](StreamId) { return true; });
+      if (refused || refused.error().code != Errc::invalid_argument) fail("pool (0, 0) is not refused");
+      return;
+    }
+    const std::uint8_t id = choice % 4;
+    const PoolKind kind = (choice & 4) != 0 ? PoolKind::plain : PoolKind::graph;
+    last_ = fmt::format("begin {} pool (1, {}) on stream {:#x}", kind == PoolKind::graph ? "graph" : "plain", id,
+                        raw(stream));
+    auto begun = allocator_->begin_allocate_to_pool(
+        pool_id(id), [stream](StreamId asked) { return asked == stream; }, kind);
+    auto existing = pools_.find(id);
+    if (existing != pools_.end() && existing->second.kind != kind) {
+      if (begun || begun.error().code != Errc::invalid_argument) fail("a pool begun with another kind is not refused");
+      return;
+    }
+    if (!begun) fail("begin_allocate_to_pool failed: " + describe(begun.error()));
+    PoolModel& pool = pools_[id];
+    pool.kind = kind;
+    ++pool.uses;
+    active_pools_.emplace_back(id, stream);
+  }
+
+  void end_pool() {
+    const std::uint8_t id = in_.u8() % 4;
+    last_ = fmt::format("end pool (1, {})", id);
+    auto ended = allocator_->end_allocate_to_pool(pool_id(id));
+    auto latest = std::find_if(active_pools_.rbegin(), active_pools_.rend(),
+                               [id](const auto& entry) { return entry.first == id; });
+    if (latest == active_pools_.rend()) {
+      if (ended || ended.error().code != Errc::not_found) fail("ending a pool not begun is not not_found");
+      return;
+    }
+    if (!ended) fail("end_allocate_to_pool failed: " + describe(ended.error()));
+    active_pools_.erase(std::next(latest).base());
+  }
+
+  void release_pool() {
+    const std::uint8_t id = in_.u8() % 4;
+    last_ = fmt::format("release pool (1, {})", id);
+    auto released = allocator_->release_pool(pool_id(id));
+    auto pool = pools_.find(id);
+    if (pool == pools_.end()) {
+      if (released || released.error().code != Errc::not_found) fail("releasing no pool is not not_found");
+      return;
+    }
+    const bool active = std::any_of(active_pools_.begin(), active_pools_.end(),
+                                    [id](const auto& entry) { return entry.first == id; });
+    if (pool->second.uses == 1 && active) {
+      if (released || released.error().code != Errc::invalid_argument) fail("releasing an active pool is not refused");
+      return;
+    }
+    // Released even when giving its pages back failed (an injected fault): the pool is gone either way.
+    if (--pool->second.uses == 0) pools_.erase(pool);
+    tolerate("release_pool", std::move(released));
+  }
+
+  // Every range a live graph pool was given is still mapped: its graph could replay into it.
+  void check_graph_pools() {
+    last_ = "check the graph pools' ranges";
+    for (const auto& [id, pool] : pools_) {
+      if (pool.kind != PoolKind::graph) continue;
+      for (const auto& [at, size] : pool.extents) {
+        for (Bytes offset = 0; offset < size + granule_; offset += granule_) {  // a byte of every granule, the last
+          const Address probe = at + std::min(offset, size - 1);
+          std::uint8_t byte = 0;
+          if (auto read = faults_->read(probe, &byte, 1); !read) {
+            fail(fmt::format("graph pool (1, {}) lost the page at {:#x} of {:#x}+{}: {}", id, probe, at, size,
+                             describe(read.error())));
+          }
+        }
+      }
+    }
+  }
+
+  // The pool an allocation on `stream` goes to (the first active one that accepts it), if any.
+  std::optional<std::uint8_t> pool_for(StreamId stream) const {
+    for (const auto& [id, accepted] : active_pools_) {
+      if (accepted == stream) return id;
+    }
+    return std::nullopt;
+  }
+
+  // A new block in `into` (none: the shared cache) must overlap no range of another live pool.
+  void check_pool_isolation(Address at, Bytes size, std::optional<std::uint8_t> into) {
+    for (const auto& [id, pool] : pools_) {
+      if (into && *into == id) continue;
+      for (const auto& [from, length] : pool.extents) {
+        if (at < from + length && from < at + size) {
+          fail(fmt::format("{:#x}+{} ({}) lands on {:#x}+{} of pool (1, {})", at, size,
+                           into ? fmt::format("pool (1, {})", *into) : std::string("the shared cache"), from, length,
+                           id));
+        }
+      }
     }
   }
 
@@ -774,6 +889,9 @@ class OpsRun {
       if (before + other.requested > at) fail(fmt::format("{:#x}+{} overlaps the live block {:#x}", at, size, before));
     }
     if (auto foreign = witness_->foreign_use(at, size, stream)) fail(*foreign);
+    const std::optional<std::uint8_t> into = pool_for(stream);
+    check_pool_isolation(at, size, into);
+    if (into) pools_.at(*into).extents.emplace_back(at, size);
     const std::uint64_t seed = next_seed_++;
     fill(at, size, seed);
     live_.emplace(at, Live{size, stream, seed, {stream}});
@@ -911,6 +1029,18 @@ class OpsRun {
     for (const DriverCall call : fault_calls) report_.injected_faults += faults_->injected(call);
     for (const std::uint64_t stream : held_) faults_->stream_control()->complete(StreamId{static_cast<std::uintptr_t>(stream)});
     held_.clear();
+    while (!active_pools_.empty()) {
+      if (auto done = allocator_->end_allocate_to_pool(pool_id(active_pools_.back().first)); !done) {
+        fail("end_allocate_to_pool: " + describe(done.error()));
+      }
+      active_pools_.pop_back();
+    }
+    for (auto& [id, pool] : pools_) {
+      for (; pool.uses > 0; --pool.uses) {
+        if (auto done = allocator_->release_pool(pool_id(id)); !done) fail("release_pool: " + describe(done.error()));
+      }
+    }
+    pools_.clear();
     while (!order_.empty()) deallocate(order_.back());
     if (auto done = allocator_->set_memory_fraction(1.0); !done) fail("set_memory_fraction(1): " + describe(done.error()));
     limit_ = capacity_ / granule_ * granule_;
@@ -948,6 +1078,8 @@ class OpsRun {
   std::map<Address, Live> live_;
   std::vector<Address> order_;  // live blocks, oldest first
   std::set<std::uint64_t> held_;  // streams held
+  std::map<std::uint8_t, PoolModel> pools_;  // the pools not released, by id
+  std::vector<std::pair<std::uint8_t, StreamId>> active_pools_;  // begun and not ended, in order
   Bytes live_bytes_ = 0;
   Bytes peak_bytes_ = 0;
   std::uint64_t ooms_ = 0;

@@ -343,5 +343,33 @@ TEST(FuzzAllocatorOps, EdgeSizesAreAnsweredNotCrashedOn) {
   EXPECT_EQ(report.failed_calls, 0u);
 }
 
+TEST(FuzzAllocatorOps, PrivatePoolsKeepTheirBlocksAndTheirRefusals) {
+  const OpsReport report = replay(ops({
+      0x00, 0x01,                 // 64 KiB granules, 8 MiB, small_max 64 KiB
+      16, 0, 0,                   // begin graph pool (1, 0) on stream 0
+      0, 208, 0x00, 0x00, 0x04, 0,  // allocate 2 MiB + 1 on stream 0: into the pool
+      17, 0,                      // end it
+      3, 0,                       // free the block: the pool's
+      0, 208, 0x00, 0x00, 0x04, 0,  // allocate 2 MiB + 1 again: the shared cache, not on the pool's range
+      19,                         // the graph pool's range is still mapped
+      9, 1,                       // memory fraction 1/192: what may go back goes
+      19,                         // not the graph pool's pages
+      9, 192,                     // fraction 1 again
+      18, 0,                      // release the pool
+      16, 5, 1,                   // begin plain pool (1, 1) on stream 1
+      0, 0, 0x00, 0x10, 1,        // allocate 4097 B on stream 1: into it
+      18, 1,                      // release while it is active: refused
+      17, 1,                      // end it
+      16, 1, 0,                   // begin (1, 1) as a graph pool: refused, it is plain
+      17, 3,                      // end a pool never begun: not found
+      18, 2,                      // release a pool that does not exist: not found
+      16, 255, 0}));              // pool (0, 0): refused
+  EXPECT_EQ(report.operations, 18u);
+  EXPECT_EQ(report.allocations, 3u);
+  EXPECT_EQ(report.refused_allocations, 0u);
+  EXPECT_EQ(report.failed_calls, 0u);
+  EXPECT_EQ(report.frees, 3u);  // one in the sequence, two in the drain
+}
+
 }  // namespace
 }  // namespace tessera::fuzz
