@@ -184,6 +184,27 @@ TESSERA_C_API int tessera_pool_begin(int device, uint64_t id_first, uint64_t id_
 TESSERA_C_API int tessera_pool_end(int device, uint64_t id_first, uint64_t id_second);
 TESSERA_C_API int tessera_pool_release(int device, uint64_t id_first, uint64_t id_second);
 
+/* ---- torch.cuda.MemPool (PyTorch 2.5 and later): segments from Tessera under a tag, for the code inside
+ * torch.cuda.use_mem_pool only, the rest of the process staying on PyTorch's own allocator (vLLM's and
+ * torch_memory_saver's shape). tessera.torch.mem_pool() builds it:
+ *   slot = tessera_mem_pool_slot("kv_cache", 0)
+ *   alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "tessera_mem_pool_alloc_<slot>", "tessera_free")
+ *   pool = torch.cuda.MemPool(alloc.allocator())
+ * A slot is one of TESSERA_MEM_POOL_SLOTS allocation functions, each allocating as tessera_torch_alloc does,
+ * under the slot's tag (NULL or "": the default tag) and, where enable_cpu_backup is non-zero, backed up at
+ * every pause. The same tag and backup choice give the same slot. -1 and INVALID_ARGUMENT for a refused tag
+ * name or when every slot holds another tag. */
+#define TESSERA_MEM_POOL_SLOTS 8
+TESSERA_C_API int tessera_mem_pool_slot(const char* tag, int enable_cpu_backup);
+TESSERA_C_API void* tessera_mem_pool_alloc_0(size_t size, int device, void* stream);
+TESSERA_C_API void* tessera_mem_pool_alloc_1(size_t size, int device, void* stream);
+TESSERA_C_API void* tessera_mem_pool_alloc_2(size_t size, int device, void* stream);
+TESSERA_C_API void* tessera_mem_pool_alloc_3(size_t size, int device, void* stream);
+TESSERA_C_API void* tessera_mem_pool_alloc_4(size_t size, int device, void* stream);
+TESSERA_C_API void* tessera_mem_pool_alloc_5(size_t size, int device, void* stream);
+TESSERA_C_API void* tessera_mem_pool_alloc_6(size_t size, int device, void* stream);
+TESSERA_C_API void* tessera_mem_pool_alloc_7(size_t size, int device, void* stream);
+
 /* ---- Errors.
  *
  * Per thread, like errno, but never stale: every tessera_* function except the four below first sets the

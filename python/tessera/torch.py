@@ -23,7 +23,7 @@ from tessera.errors import TesseraError
 
 errors.adopt_torch_out_of_memory()  # torch is imported now: tessera's out-of-memory error is torch's kind too
 
-__all__ = ["enable", "enabled"]
+__all__ = ["enable", "enabled", "mem_pool"]
 
 _enabled = {}  # "cuda" | "npu" | "cpu" -> the allocator object PyTorch holds (kept alive here)
 _CPU_LIBRARY_NAME = "libtessera_torch_cpu.so"
@@ -70,6 +70,37 @@ def enable(device="cuda", conf=None, driver=None, patch_torch=False):
     if patch_torch:
         torch_views.patch(kind)
     return _enabled[kind]
+
+
+_mem_pool_allocators = []  # the pluggable allocators behind mem_pool()'s pools, kept alive here
+
+
+def mem_pool(tag=None, enable_cpu_backup=False):
+    """A torch.cuda.MemPool (PyTorch 2.5 and later) whose segments come from Tessera under `tag`:
+
+        pool = tessera.torch.mem_pool("kv_cache")
+        with torch.cuda.use_mem_pool(pool):
+            kv_cache = torch.empty(...)      # only this code's memory is Tessera's
+        tessera.pause("kv_cache"); tessera.resume("kv_cache")
+
+    The rest of the process stays on PyTorch's allocator; enable() is not needed (and not wanted: with it, every
+    allocation is Tessera's already). PyTorch's caching allocator asks Tessera for whole segments and splits them
+    itself, so Tessera pauses, resumes and backs up (enable_cpu_backup) those segments, but does not defragment
+    inside them (docs/pytorch.md, "torch.cuda.MemPool"). A process may have TESSERA_MEM_POOL_SLOTS (8) such pools
+    of distinct (tag, enable_cpu_backup); the same pair gives a pool over the same slot. Raises TesseraError
+    when this PyTorch has no torch.cuda.MemPool, or naming a refused tag."""
+    memory = getattr(torch.cuda, "memory", None)
+    pool_type = getattr(torch.cuda, "MemPool", None) or getattr(memory, "MemPool", None)
+    if pool_type is None or memory is None or not hasattr(memory, "CUDAPluggableAllocator"):
+        raise TesseraError(f"tessera.torch.mem_pool: PyTorch {torch.__version__} has no torch.cuda.MemPool "
+                           "(it arrived in PyTorch 2.5)")
+    try:
+        slot = _lib.call("tessera_mem_pool_slot", _lib.encode(tag), 1 if enable_cpu_backup else 0, failure=-1)
+    except TesseraError as error:
+        raise type(error)(f"tessera.torch.mem_pool: {error}", error.code) from None
+    allocator = memory.CUDAPluggableAllocator(_lib.path(), f"tessera_mem_pool_alloc_{slot}", "tessera_free")
+    _mem_pool_allocators.append(allocator)
+    return pool_type(_allocator_handle(allocator))
 
 
 def _with_pytorch_conf(kind, conf):
