@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "support/must.hpp"
@@ -238,6 +239,16 @@ TEST_F(PrivatePoolingTest, AFailedUnmapInAReleaseLeavesTheAllocatorWhole) {
   const Address shared = allocate(4 * granule);
   free(shared);
   must(allocator_->empty_cache());
+}
+
+TEST_F(PrivatePoolingTest, AFilterThatThrowsFailsTheAllocationAndChangesNothing) {
+  must(allocator_->begin_allocate_to_pool(graph_a, [](StreamId) -> bool { throw std::runtime_error("no capture"); }));
+  EXPECT_THROW((void)allocator_->allocate(4 * KiB, default_stream), std::runtime_error);
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+  EXPECT_EQ(allocator_->stats().allocated_bytes, 0u);
+  must(allocator_->end_allocate_to_pool(graph_a));
+  free(allocate(4 * KiB));  // the lock was let go, and the allocator serves
+  must(allocator_->release_pool(graph_a));
 }
 
 TEST_F(PrivatePoolingTest, APoolsBlocksKeepTheirBytes) {
