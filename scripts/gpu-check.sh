@@ -233,6 +233,10 @@ if [[ -d "$BUILD" ]] && run_step capi-build 120 cmake --build "$BUILD" --paralle
   # 7. Pause and resume by tag on CUDA (scripts/gpu-pause-check.py): device memory returned, weights equal.
   run_step gpu-pause 90 env TESSERA_LIBRARY="$PWD/$BUILD/src/capi/libtessera_c.so" "${TESSERA_GPU_PYTHON:-python3}" \
     scripts/gpu-pause-check.py --out "$OUT" || STATUS=1
+  # 7b. CUDA graphs in Tessera's graph pools, their memory paused and resumed, and torch.cuda.MemPool
+  # (scripts/gpu-graph-check.py).
+  run_step gpu-graph 60 env TESSERA_LIBRARY="$PWD/$BUILD/src/capi/libtessera_c.so" "${TESSERA_GPU_PYTHON:-python3}" \
+    scripts/gpu-graph-check.py --out "$OUT" || STATUS=1
 else
   STATUS=1
 fi
