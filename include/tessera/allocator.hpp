@@ -140,6 +140,10 @@ struct TesseraStats {
   std::uint64_t resumes = 0;
   // Every tag this allocator has allocated under, in the order first used.
   std::vector<TagStats> tags;
+  // Private pools (begin_allocate_to_pool) not yet released, and the pages mapped under every private pool's
+  // arenas, released ones' included (their blocks still live, or their memory cached).
+  std::uint64_t private_pools = 0;
+  Bytes private_pool_mapped_bytes = 0;
   // By SizePool (small, large); pooled pages belong to neither.
   std::array<PoolStats, 2> pools{};
 };

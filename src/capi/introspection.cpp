@@ -145,6 +145,8 @@ std::string stats_json(const DeviceReport& report) {
   json["tessera.bad_frees"] = report.bad_frees;
   json["tessera.pauses"] = report.stats.pauses;
   json["tessera.resumes"] = report.stats.resumes;
+  json["tessera.private_pools"] = report.stats.private_pools;
+  json["tessera.private_pool_mapped_bytes"] = report.stats.private_pool_mapped_bytes;
   for (const TagStats& tag : report.stats.tags) {
     const std::string prefix = "tessera.tag." + tag.tag;
     json[prefix + ".paused"] = tag.paused ? 1 : 0;

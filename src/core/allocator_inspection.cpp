@@ -96,6 +96,11 @@ TesseraStats TesseraAllocatorImpl::tessera_stats() const {
   for (const auto& placement : placements_) {
     add_inactive_split(placement->arena(), stats.pools[static_cast<std::size_t>(placement->arena().pool())]);
   }
+  stats.private_pools = pools_.size();
+  for (const auto& placement : placements_) {
+    if (placement->arena().private_pool() == shared_cache) continue;
+    for (const Region& region : placement->arena().regions()) stats.private_pool_mapped_bytes += region.mapped_slots() * granule();
+  }
   return stats;
 }
 

@@ -144,6 +144,8 @@ TEST_F(PrivatePoolingTest, AGraphPoolKeepsItsFreedPagesUntilReleased) {
   make(8);
   const Address in_pool = allocate_in(graph_a, 6 * granule);
   free(in_pool);
+  EXPECT_EQ(allocator_->tessera_stats().private_pools, 1u);
+  EXPECT_EQ(allocator_->tessera_stats().private_pool_mapped_bytes, 6 * granule);
   // Two granules are left on the device: the shared cache may not take the graph pool's idle pages, whose
   // addresses the graph replays into.
   auto refused = allocator_->allocate(4 * granule, default_stream);
@@ -153,6 +155,8 @@ TEST_F(PrivatePoolingTest, AGraphPoolKeepsItsFreedPagesUntilReleased) {
   EXPECT_TRUE(driver_->write(in_pool, bytes.data(), bytes.size()).ok()) << "the freed block's pages were taken";
   // Released, its pages go to the shared cache: the same request fits, without a new chunk.
   must(allocator_->release_pool(graph_a));
+  EXPECT_EQ(allocator_->tessera_stats().private_pools, 0u);
+  EXPECT_EQ(allocator_->tessera_stats().private_pool_mapped_bytes, 0u) << "its idle pages went to the page pool";
   const std::uint64_t created = chunks_created();
   const Address shared = allocate(4 * granule);
   EXPECT_EQ(chunks_created(), created);

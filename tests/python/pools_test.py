@@ -34,8 +34,10 @@ def free(pointer):
 class PoolsTest(unittest.TestCase):
     def test_a_pools_freed_block_is_reused_inside_use_pool_only(self):
         pool = tessera.Pool()
+        pools_before = tessera.memory_stats()["tessera.private_pools"]
         with tessera.use_pool(pool):
             inside = allocate(MiB)
+        self.assertEqual(tessera.memory_stats()["tessera.private_pools"], pools_before + 1)
         free(inside)
         outside = allocate(MiB)
         self.assertNotEqual(outside, inside, "the shared cache took the pool's freed block")
@@ -47,6 +49,7 @@ class PoolsTest(unittest.TestCase):
         self.assertEqual(allocate(MiB), outside, "and the shared cache its own")
         free(outside)
         pool.release()
+        self.assertEqual(tessera.memory_stats()["tessera.private_pools"], pools_before)
 
     def test_only_the_thread_inside_use_pool_allocates_into_it(self):
         pool = tessera.Pool()
