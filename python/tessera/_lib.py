@@ -68,6 +68,7 @@ SIGNATURES = {
     "tessera_pool_begin": (_c.c_int, [_c.c_int, _c.c_uint64, _c.c_uint64, _c.c_int]),
     "tessera_pool_end": (_c.c_int, [_c.c_int, _c.c_uint64, _c.c_uint64]),
     "tessera_pool_release": (_c.c_int, [_c.c_int, _c.c_uint64, _c.c_uint64]),
+    "tessera_refuse_graph_capture": (_c.c_int, [_c.c_int]),
 }
 del _c
 
