@@ -163,6 +163,14 @@ class Driver {
 
   // Present on drivers whose streams are simulated (host, sim); null otherwise.
   virtual StreamControl* stream_control() noexcept { return nullptr; }
+
+  // Whether `stream` is capturing a graph now (CUDA: cuStreamIsCapturing, a capture an error invalidated
+  // included): work submitted to it is recorded for replay, not run, so memory it is given stays the graph's.
+  // The default answers false, for drivers whose streams cannot capture (host, sim; ascend until it asks
+  // CANN). A driver that cannot tell answers an error (Errc::unsupported where the platform library lacks
+  // the call). Unlike every other call, safe from any thread while the driver's other calls run: it reads
+  // nothing they change. No DriverCall: it is not counted, timed or injected.
+  virtual Result<bool> stream_is_capturing(StreamId /*stream*/) { return false; }
 };
 
 }  // namespace tessera

@@ -46,6 +46,7 @@ class ForwardingDriver : public Driver {
   Result<void> copy_to_host(HostBuffer destination, Address source, Bytes size) override;
   Result<void> copy_to_device(Address destination, HostBuffer source, Bytes size) override;
   StreamControl* stream_control() noexcept override { return inner_->stream_control(); }
+  Result<bool> stream_is_capturing(StreamId stream) override { return inner_->stream_is_capturing(stream); }
 
  protected:
   // An error returned here is answered instead of calling the wrapped driver.

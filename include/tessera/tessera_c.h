@@ -183,6 +183,17 @@ TESSERA_C_API const char* tessera_tags_json(int device);
 TESSERA_C_API int tessera_pool_begin(int device, uint64_t id_first, uint64_t id_second, int kind);
 TESSERA_C_API int tessera_pool_end(int device, uint64_t id_first, uint64_t id_second);
 TESSERA_C_API int tessera_pool_release(int device, uint64_t id_first, uint64_t id_second);
+/* Graph capture without the hooks (PyTorch before 2.3, whose CUDAPluggableAllocator cannot take them): `on`
+ * non-zero refuses every allocation (tessera_alloc, tessera_torch_alloc and the npu ones) on a stream that is
+ * capturing a graph, because its memory would come from the shared cache, and eager tensors could later be
+ * given memory the graph replays into. The allocation then fails with TESSERA_ERROR_UNSUPPORTED and a message
+ * naming the stream and PyTorch 2.3; when the driver cannot tell whether the stream is capturing, with its
+ * error (a libcuda without cuStreamIsCapturing: UNSUPPORTED). Only the cuda driver can tell: others' streams
+ * never capture (ascend's may, unchecked). On, each allocation asks the driver (cuStreamIsCapturing); off (the
+ * default), it costs one relaxed atomic load. Process-wide, and meant for where the hooks are not installed: it
+ * refuses a capture into a begun pool too. tessera.torch.enable("cuda") turns it on where it cannot install
+ * them. 0 (0 turns it off). */
+TESSERA_C_API int tessera_refuse_graph_capture(int on);
 
 /* ---- torch.cuda.MemPool (PyTorch 2.5 and later): segments from Tessera under a tag, for the code inside
  * torch.cuda.use_mem_pool only, the rest of the process staying on PyTorch's own allocator (vLLM's and

@@ -69,6 +69,7 @@ SIGNATURES = {
     "tessera_pool_end": (_c.c_int, [_c.c_int, _c.c_uint64, _c.c_uint64]),
     "tessera_pool_release": (_c.c_int, [_c.c_int, _c.c_uint64, _c.c_uint64]),
     "tessera_mem_pool_slot": (_c.c_int, [_c.c_char_p, _c.c_int]),
+    "tessera_refuse_graph_capture": (_c.c_int, [_c.c_int]),
 }
 del _c
 

@@ -189,9 +189,28 @@ def _install_pool_hooks(allocator, kind, prefix):
     else:
         lacking = [setter for setter in _POOL_HOOKS if setter not in offered]
         notice = (f"tessera.torch.enable({kind!r}): this PyTorch ({torch.__version__}) lacks "
-                  f"{', '.join(lacking)} (PyTorch 2.3 has them), so graph capture cannot use Tessera: do not "
-                  "capture graphs with Tessera enabled")
+                  f"{', '.join(lacking)} (PyTorch 2.3 has them), so graph capture cannot use Tessera: "
+                  + _WITHOUT_POOL_HOOKS[kind])
     pytorch_conf.tell_once(notice, lambda text: warnings.warn(text, stacklevel=6))  # at enable()'s caller
+    return installed
+
+
+# What a capture does where the hooks are not installed (_guard_graph_capture).
+_WITHOUT_POOL_HOOKS = {
+    "cuda": ("an allocation on a stream capturing a CUDA graph is refused with an error (a RuntimeError during the "
+             "capture) rather than taken from the cache that eager tensors share"),
+    "npu": "do not capture graphs with Tessera enabled (whether an NPU stream is capturing is not checked)",
+}
+
+
+def _guard_graph_capture(allocator, kind, prefix):
+    """The graph pool hooks where this PyTorch takes them; else, on cuda, graph capture refused: a graph's memory
+    would come from the shared cache, and eager tensors could later get memory the graph replays into (tessera_c.h,
+    tessera_refuse_graph_capture). On npu nothing is refused: the ascend driver cannot tell a capturing stream.
+    Returns whether the hooks are installed."""
+    installed = _install_pool_hooks(allocator, kind, prefix)
+    if not installed and kind == "cuda":
+        _lib.call("tessera_refuse_graph_capture", 1, failure=-1)  # raises TesseraError if it fails
     return installed
 
 
@@ -239,7 +258,7 @@ def _enable_cuda(conf, driver):
     _configure(driver, conf)
     allocator = memory.CUDAPluggableAllocator(_lib.path(), "tessera_torch_alloc", "tessera_free")
     _install_hooks(allocator, "", "tessera_empty_cache")
-    _install_pool_hooks(allocator, "cuda", "")
+    _guard_graph_capture(allocator, "cuda", "")
     try:
         memory.change_current_allocator(allocator)
     except RuntimeError as error:
@@ -260,7 +279,7 @@ def _enable_npu(conf, driver):
     allocator = memory.NPUPluggableAllocator(_lib.path(), "tessera_torch_npu_alloc", "tessera_npu_free")
     _install_hooks(allocator, "_npu", "tessera_npu_empty_cache")
     _install_npu_stats_hooks(allocator)
-    _install_pool_hooks(allocator, "npu", "_npu")
+    _guard_graph_capture(allocator, "npu", "_npu")
     try:
         memory.change_current_allocator(allocator)
     except RuntimeError as error:

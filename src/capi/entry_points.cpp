@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "capi/graph_capture.hpp"
 #include "capi/guard.hpp"
 #include "capi/last_error.hpp"
 #include "capi/registry.hpp"
@@ -28,7 +29,7 @@ Address to_address(void* ptr) { return static_cast<Address>(reinterpret_cast<std
 }
 
 // Everything but the fast path: a 0-byte request, a device whose allocator is not created yet, a number out
-// of range, a fork's child.
+// of range, a fork's child, and every allocation while graph capture is refused (it asks the driver first).
 [[gnu::noinline]] void* allocate_slow(std::string_view function, Platform platform, std::size_t size, int device,
                                       void* stream) noexcept {
   return guarded(function, static_cast<void*>(nullptr), [&]() -> void* {
@@ -39,6 +40,9 @@ Address to_address(void* ptr) { return static_cast<Address>(reinterpret_cast<std
                      fmt::format("{}({} bytes, device {}): {}", function, size, device, found.error().message));
       return nullptr;
     }
+    if (refusing_graph_capture() && !may_allocate_on(function, platform, size, device, **found, stream)) {
+      return nullptr;
+    }
     auto address = (*found)->allocator->allocate(size, to_stream(stream));
     if (address) return to_pointer(*address);
     allocation_failed(function, size, device, address.error());
@@ -46,14 +50,17 @@ Address to_address(void* ptr) { return static_cast<Address>(reinterpret_cast<std
   });
 }
 
-// The fast path, for a device whose allocator exists: the call's record begun, one atomic load, the
-// allocator's call, and an exception barrier that costs nothing until something throws. No closure and no
-// call but the allocator's: this is the path PyTorch takes for every tensor.
+// The fast path, for a device whose allocator exists: the call's record begun, two atomic loads (the device,
+// and tessera_refuse_graph_capture's switch, relaxed), the allocator's call, and an exception barrier that
+// costs nothing until something throws. No closure and no call but the allocator's: this is the path PyTorch
+// takes for every tensor.
 [[gnu::always_inline]] inline void* allocate(std::string_view function, Platform platform, std::size_t size,
                                              int device, void* stream) noexcept {
   begin_call();
   Device* usable = usable_device(device);
-  if (usable == nullptr || size == 0) [[unlikely]] return allocate_slow(function, platform, size, device, stream);
+  if (usable == nullptr || size == 0 || refusing_graph_capture()) [[unlikely]] {
+    return allocate_slow(function, platform, size, device, stream);
+  }
   try {
     auto address = usable->allocator->allocate(size, to_stream(stream));
     if (address) [[likely]] return to_pointer(*address);

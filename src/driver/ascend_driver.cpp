@@ -284,6 +284,10 @@ class AscendDriver final : public detail::PlatformDriver {
         device_(device),
         context_(context) {}
 
+  // stream_is_capturing keeps Driver's answer, false: newer CANN can tell (aclmdlRICaptureGetInfo), but the
+  // stand-in libascendcl has no capture to check a call against, and this driver calls nothing it has not
+  // run over the stand-in. So tessera_refuse_graph_capture refuses nothing on Ascend.
+
   // Balances make_ascend_driver's aclrtSetDevice (ACL counts them). aclInit is process-wide and shared
   // with torch_npu and others in the process, so aclFinalize is left to the process.
   ~AscendDriver() override {

@@ -48,6 +48,7 @@ struct Types {
   using AllocationHandle = unsigned long long;  // CUmemGenericAllocationHandle
   using DeviceAttribute = int;                  // CUdevice_attribute
   using GranularityFlags = int;                 // CUmemAllocationGranularity_flags
+  using StreamCaptureStatus = int;              // CUstreamCaptureStatus
 
   struct MemLocation {  // CUmemLocation
     int type;           // CUmemLocationType
@@ -92,6 +93,7 @@ inline constexpr int mem_access_flags_prot_readwrite = 3;  // CU_MEM_ACCESS_FLAG
 inline constexpr int mem_alloc_granularity_minimum = 0;    // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 inline constexpr unsigned event_disable_timing = 0x2;     // CU_EVENT_DISABLE_TIMING
 inline constexpr int device_attribute_virtual_memory_management_supported = 102;
+inline constexpr int stream_capture_status_none = 0;  // CU_STREAM_CAPTURE_STATUS_NONE (1 ACTIVE, 2 INVALIDATED)
 
 // The function types, written once over a set of types so that the same declarations can be checked
 // against cuda.h's (Signatures<HeaderTypes> below).
@@ -129,6 +131,7 @@ struct Signatures {
   using EventSynchronize = R(typename T::Event);
   using EventDestroy = R(typename T::Event);
   using StreamSynchronize = R(typename T::Stream);
+  using StreamIsCapturing = R(typename T::Stream, typename T::StreamCaptureStatus*);
   using GetErrorName = R(R, const char**);
   using GetErrorString = R(R, const char**);
 };
@@ -166,6 +169,7 @@ inline constexpr const char* event_query = "cuEventQuery";
 inline constexpr const char* event_synchronize = "cuEventSynchronize";
 inline constexpr const char* event_destroy = "cuEventDestroy_v2";
 inline constexpr const char* stream_synchronize = "cuStreamSynchronize";
+inline constexpr const char* stream_is_capturing = "cuStreamIsCapturing";
 inline constexpr const char* get_error_name = "cuGetErrorName";
 inline constexpr const char* get_error_string = "cuGetErrorString";
 }  // namespace symbol
@@ -184,6 +188,7 @@ struct HeaderTypes {
   using AllocationHandle = CUmemGenericAllocationHandle;
   using DeviceAttribute = CUdevice_attribute;
   using GranularityFlags = CUmemAllocationGranularity_flags;
+  using StreamCaptureStatus = CUstreamCaptureStatus;
   using MemLocation = CUmemLocation;
   using MemAllocationProp = CUmemAllocationProp;
   using MemAccessDesc = CUmemAccessDesc;
@@ -192,6 +197,7 @@ using Header = cu::Types;
 static_assert(sizeof(CUresult) == sizeof(Header::Result));
 static_assert(sizeof(CUdevice_attribute) == sizeof(Header::DeviceAttribute));
 static_assert(sizeof(CUmemAllocationGranularity_flags) == sizeof(Header::GranularityFlags));
+static_assert(sizeof(CUstreamCaptureStatus) == sizeof(Header::StreamCaptureStatus));
 static_assert(std::is_same_v<CUdevice, Header::Device>);
 static_assert(std::is_same_v<CUdeviceptr, Header::DevicePtr>);
 static_assert(std::is_same_v<CUmemGenericAllocationHandle, Header::AllocationHandle>);
@@ -234,6 +240,7 @@ static_assert(CU_MEM_ALLOC_GRANULARITY_MINIMUM == cu::mem_alloc_granularity_mini
 static_assert(CU_EVENT_DISABLE_TIMING == cu::event_disable_timing);
 static_assert(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ==
               cu::device_attribute_virtual_memory_management_supported);
+static_assert(CU_STREAM_CAPTURE_STATUS_NONE == cu::stream_capture_status_none);
 
 // The header maps each public name (a macro for versioned calls) to the symbol dlsym is asked for, and the
 // symbol has the function type declared above.
@@ -271,6 +278,7 @@ TESSERA_SAME_CALL(cuEventQuery, event_query, EventQuery);
 TESSERA_SAME_CALL(cuEventSynchronize, event_synchronize, EventSynchronize);
 TESSERA_SAME_CALL(cuEventDestroy, event_destroy, EventDestroy);
 TESSERA_SAME_CALL(cuStreamSynchronize, stream_synchronize, StreamSynchronize);
+TESSERA_SAME_CALL(cuStreamIsCapturing, stream_is_capturing, StreamIsCapturing);
 TESSERA_SAME_CALL(cuGetErrorName, get_error_name, GetErrorName);
 TESSERA_SAME_CALL(cuGetErrorString, get_error_string, GetErrorString);
 #undef TESSERA_SAME_CALL
@@ -309,6 +317,7 @@ struct Api {
   cu::Fn::EventSynchronize* event_synchronize = nullptr;
   cu::Fn::EventDestroy* event_destroy = nullptr;
   cu::Fn::StreamSynchronize* stream_synchronize = nullptr;
+  cu::Fn::StreamIsCapturing* stream_is_capturing = nullptr;  // optional: null where the library lacks it
   cu::Fn::GetErrorName* get_error_name = nullptr;
   cu::Fn::GetErrorString* get_error_string = nullptr;
   detail::CreatorProcess creator{};  // the process that loaded the library
@@ -388,6 +397,9 @@ Result<std::unique_ptr<Api>> load_api(detail::DynamicLibrary library) {
                                     done.error().message));
     }
   }
+  // Only the refusal of graph capture needs it (tessera_refuse_graph_capture), so a library without it still
+  // serves memory; the query then says what is missing.
+  (void)bind(*api, api->stream_is_capturing, s::stream_is_capturing);
   return api;
 }
 
@@ -482,6 +494,24 @@ class CudaDriver final : public detail::PlatformDriver {
 
   CudaDriver(const CudaDriver&) = delete;
   CudaDriver& operator=(const CudaDriver&) = delete;
+
+  // Reads nothing of the ledger, so any thread may ask while other calls run (driver.hpp); the context
+  // switch is per thread. An invalidated capture counts: the stream is still capturing until it ends.
+  Result<bool> stream_is_capturing(StreamId stream) override {
+    if (api_->stream_is_capturing == nullptr) {
+      return make_error(Errc::unsupported,
+                        fmt::format("cuda driver: {} has no cuStreamIsCapturing (CUDA 10.0 has it), so whether "
+                                    "stream {:#x} is capturing a graph cannot be told",
+                                    api_->library.name(), static_cast<std::uintptr_t>(stream)));
+    }
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status().error();
+    cu::Types::StreamCaptureStatus status = cu::stream_capture_status_none;
+    if (auto r = api_->stream_is_capturing(to_stream(stream), &status); r != cu::success) {
+      return fail(fmt::format("cuStreamIsCapturing(stream {:#x})", static_cast<std::uintptr_t>(stream)), r);
+    }
+    return status != cu::stream_capture_status_none;
+  }
 
  protected:
   Result<Address> platform_reserve(Bytes size, Bytes alignment) override {

@@ -276,6 +276,13 @@ TEST_P(DriverConformance, EventsCompleteAfterTheWorkBeforeThem) {
   EXPECT_EQ(gone.error().code, Errc::not_found);
 }
 
+// No stream captures a graph here, so every driver answers false: those whose streams cannot capture (host,
+// sim, ascend) always, cuda from cuStreamIsCapturing. The default stream only: on a GPU another number is no
+// stream at all.
+TEST_P(DriverConformance, AStreamNotCapturingAGraphIsSaidSo) {
+  EXPECT_FALSE(TESSERA_OK(driver_->stream_is_capturing(default_stream)));
+}
+
 TEST_P(DriverConformance, BytesWrittenBeforeUnmapAreThereAfterRemappingElsewhere) {
   if (!driver_->capabilities().data_access) GTEST_SKIP() << GetParam().name << " has no memory";
   const Address first = TESSERA_OK(driver_->reserve(4 * granule_));

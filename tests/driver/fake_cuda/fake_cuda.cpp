@@ -12,9 +12,16 @@
 // starts in is refused the same way (real CUDA would corrupt memory instead). A host limit steers out of
 // memory.
 //
+// Stream capture: cuStreamBeginCapture_v2 and cuStreamEndCapture mark a stream capturing and not, and
+// cuStreamIsCapturing answers from that mark (NONE 0, ACTIVE 1, INVALIDATED 2), as the CUDA runtime's
+// cudaStreamBeginCapture would; no graph is built (EndCapture hands back a token). The legacy stream (0)
+// cannot capture, as on CUDA. Built with FAKE_CUDA_NO_STREAM_CAPTURE, cuStreamIsCapturing is not exported:
+// a libcuda without it.
+//
 // Built with the CUDA driver's declarations of our own (the CUDA values: 0 success, 1 invalid value,
 // 2 out of memory, 3 not initialized, 100 no device, 101 invalid device, 201 invalid context, 400 invalid
-// handle, 600 not ready).
+// handle, 401 illegal state, 600 not ready, 900 capture unsupported, 901 capture invalidated, 903 capture
+// unmatched).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,6 +40,12 @@ constexpr int not_initialized = 3;
 constexpr int invalid_device = 101;
 constexpr int invalid_context = 201;
 constexpr int invalid_handle = 400;
+constexpr int illegal_state = 401;
+constexpr int stream_capture_unsupported = 900;
+constexpr int stream_capture_invalidated = 901;
+constexpr int stream_capture_unmatched = 903;
+constexpr int capture_status_active = 1;       // CU_STREAM_CAPTURE_STATUS_ACTIVE
+constexpr int capture_status_invalidated = 2;  // CU_STREAM_CAPTURE_STATUS_INVALIDATED
 constexpr std::size_t granule = std::size_t{2} << 20;
 
 struct Location {
@@ -71,6 +84,9 @@ struct State {
   std::map<void*, std::size_t> host_buffers;  // cuMemHostAlloc's: pointer -> size
   std::size_t host_limit = std::size_t{1} << 40;  // bytes cuMemHostAlloc grants in all
   std::size_t host_used = 0;
+  std::map<void*, int> capturing;  // stream -> its capture status, for streams between begin and end capture
+  int is_capturing_result = ok;    // what cuStreamIsCapturing answers instead of the status, when not ok
+  int is_capturing_calls = 0;
 };
 
 std::mutex mutex;
@@ -136,6 +152,23 @@ int fake_cuda_live_events() {
   return state.events;
 }
 void* fake_cuda_current_context() { return current_context; }
+// A capture gone wrong (as after a call the capture does not allow): the stream stays capturing, INVALIDATED.
+int fake_cuda_invalidate_capture(void* stream) {
+  std::lock_guard lock(mutex);
+  auto found = state.capturing.find(stream);
+  if (found == state.capturing.end()) return invalid_value;
+  found->second = capture_status_invalidated;
+  return ok;
+}
+// cuStreamIsCapturing fails with `result` (ok: answers again), and how often it was called.
+void fake_cuda_set_is_capturing_result(int result) {
+  std::lock_guard lock(mutex);
+  state.is_capturing_result = result;
+}
+int fake_cuda_is_capturing_calls() {
+  std::lock_guard lock(mutex);
+  return state.is_capturing_calls;
+}
 void fake_cuda_set_current_context(void* context) { current_context = context; }
 
 // ---- the CUDA driver API ----
@@ -149,7 +182,11 @@ int cuGetErrorName(int error, const char** name) {
     case invalid_device: *name = "CUDA_ERROR_INVALID_DEVICE"; return ok;
     case invalid_context: *name = "CUDA_ERROR_INVALID_CONTEXT"; return ok;
     case invalid_handle: *name = "CUDA_ERROR_INVALID_HANDLE"; return ok;
+    case illegal_state: *name = "CUDA_ERROR_ILLEGAL_STATE"; return ok;
     case 600: *name = "CUDA_ERROR_NOT_READY"; return ok;
+    case stream_capture_unsupported: *name = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; return ok;
+    case stream_capture_invalidated: *name = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"; return ok;
+    case stream_capture_unmatched: *name = "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED"; return ok;
     default: return invalid_value;
   }
 }
@@ -433,5 +470,42 @@ int cuStreamSynchronize(void*) {
   std::lock_guard lock(mutex);
   return ready_in_context();
 }
+
+// ---- stream capture (the mode, global, thread-local or relaxed, is accepted and not acted on)
+int cuStreamBeginCapture_v2(void* stream, int mode) {
+  std::lock_guard lock(mutex);
+  if (int r = ready_in_context(); r != ok) return r;
+  if (mode < 0 || mode > 2) return invalid_value;
+  if (stream == nullptr) return stream_capture_unsupported;  // the legacy stream cannot capture
+  if (state.capturing.contains(stream)) return illegal_state;
+  state.capturing.emplace(stream, capture_status_active);
+  return ok;
+}
+
+int cuStreamEndCapture(void* stream, void** graph) {
+  static int graph_token;
+  std::lock_guard lock(mutex);
+  if (int r = ready_in_context(); r != ok) return r;
+  if (graph == nullptr) return invalid_value;
+  auto found = state.capturing.find(stream);
+  if (found == state.capturing.end()) return stream_capture_unmatched;
+  const bool invalidated = found->second == capture_status_invalidated;
+  state.capturing.erase(found);
+  *graph = invalidated ? nullptr : &graph_token;
+  return invalidated ? stream_capture_invalidated : ok;
+}
+
+#ifndef FAKE_CUDA_NO_STREAM_CAPTURE
+int cuStreamIsCapturing(void* stream, int* status) {
+  std::lock_guard lock(mutex);
+  state.is_capturing_calls += 1;
+  if (int r = ready_in_context(); r != ok) return r;
+  if (status == nullptr) return invalid_value;
+  if (state.is_capturing_result != ok) return state.is_capturing_result;
+  auto found = state.capturing.find(stream);
+  *status = found == state.capturing.end() ? 0 : found->second;
+  return ok;
+}
+#endif
 
 }  // extern "C"
