@@ -143,6 +143,38 @@ TEST_F(SliverSharingTest, ARequestNoContiguousPlacementFitsIsBuiltOverTwoSlivers
 
 // At the limit a request whose best fit is cached memory takes it where it is (the allocator's fast path):
 // no shared block, no driver call.
+// Inside a plain private pool the same block is built over the pool's own slivers; a graph pool builds none
+// (a shared block's range goes when it is freed, and the graph would replay into it); and a pool's slivers
+// never serve the shared cache.
+TEST_F(SliverSharingTest, APlainPoolBuildsOverItsOwnSliversAndAGraphPoolOverNone) {
+  const StreamFilter every_stream = [](StreamId) { return true; };
+  for (const PoolKind kind : {PoolKind::plain, PoolKind::graph}) {
+    allocator_.reset();  // the first round's, before its driver goes
+    make(7);
+    const PoolId pool{9, kind == PoolKind::plain ? 1u : 2u};
+    must(allocator_->begin_allocate_to_pool(pool, every_stream, kind));
+    build_slivers();
+    auto placed = allocator_->allocate(3 * granule, default_stream);
+    if (kind == PoolKind::plain) {
+      ASSERT_TRUE(placed.ok()) << describe(placed.error());
+      EXPECT_EQ(allocator_->tessera_stats().shared_blocks, 1u);
+      must(allocator_->deallocate(*placed));
+    } else {
+      ASSERT_FALSE(placed.ok());
+      EXPECT_EQ(placed.error().code, Errc::out_of_memory);
+      EXPECT_EQ(allocator_->tessera_stats().shared_blocks, 0u);
+    }
+    must(allocator_->end_allocate_to_pool(pool));
+    auto outside = allocator_->allocate(3 * granule, default_stream);  // the shared cache: the pool's slivers are not its
+    ASSERT_FALSE(outside.ok());
+    EXPECT_EQ(outside.error().code, Errc::out_of_memory);
+    expect_all_intact();
+    for (const auto& [address, seed] : std::map(live_)) free(address);
+    must(allocator_->release_pool(pool));
+    EXPECT_EQ(allocator_->check(), std::nullopt);
+  }
+}
+
 TEST_F(SliverSharingTest, AtTheLimitACachedFitIsTakenInPlace) {
   make(5);
   build_slivers();
