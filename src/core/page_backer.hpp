@@ -68,6 +68,8 @@ class PageBacker {
   };
   struct Backing {
     std::uint32_t page_limit = 1;  // the most granules one page may hold for this block (page_limit_for)
+    bool grows = false;            // whether a new chunk may grow past what the block needs (growth())
+    bool own_chunks = false;       // pooled pages only from chunks none of which is mapped (a tag's block)
     std::vector<Gap> gaps;
     std::vector<Assignment> assignments;
     std::vector<Page> reclaimed;
@@ -76,6 +78,8 @@ class PageBacker {
     std::uint64_t stitched();  // sorts `reclaimed`
     void start(std::uint32_t limit) {
       page_limit = limit;
+      grows = false;
+      own_chunks = false;
       gaps.clear();
       assignments.clear();
       reclaimed.clear();
@@ -83,6 +87,7 @@ class PageBacker {
   };
 
   std::size_t fill_gaps_from_pool();
+  std::size_t growth(std::size_t need, std::size_t room) const;
   Result<void> create_for_gaps(const SlotRange& inner, std::size_t extend_to);
   std::size_t growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const;
   void return_to_pool();

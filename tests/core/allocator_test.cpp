@@ -64,7 +64,8 @@ TEST_F(AllocatorTest, RoundsTo512BytesAndCountsRequestedAndAllocated) {
   const AllocatorStats stats = allocator_->stats();
   EXPECT_EQ(stats.requested_bytes, 514u);
   EXPECT_EQ(stats.allocated_bytes, 512u + 1024u);
-  EXPECT_EQ(stats.reserved_bytes, granule) << "both fit in one small-pool page";
+  EXPECT_EQ(allocator_->tessera_stats().mapped_bytes, granule) << "both fit in one small-pool page";
+  EXPECT_EQ(stats.reserved_bytes, 2 * granule) << "and its chunk grew by as much again, pooled";
   must(allocator_->deallocate(a));
   must(allocator_->deallocate(b));
   EXPECT_EQ(allocator_->stats().allocated_bytes, 0u);
@@ -261,7 +262,9 @@ TEST_F(AllocatorTest, EmptyCacheGivesEveryIdlePageBack) {
     if (block != keep) must(allocator_->deallocate(block));
   }
   must(allocator_->empty_cache());
-  EXPECT_EQ(allocator_->stats().reserved_bytes, 3 * granule) << "only the live block's pages stay";
+  EXPECT_EQ(allocator_->tessera_stats().mapped_bytes, 3 * granule) << "only the live block's pages stay mapped";
+  EXPECT_EQ(driver_->census().pages, 1u) << "and only its chunk stays (its surplus pooled: it goes back whole)";
+  EXPECT_EQ(allocator_->stats().reserved_bytes, driver_->census().page_bytes);
   must(allocator_->deallocate(keep));
   must(allocator_->empty_cache());
   EXPECT_EQ(allocator_->stats().reserved_bytes, 0u);
@@ -462,13 +465,14 @@ TEST(AllocatorTeardown, EachChunkGoesBackOnceAfterAllItsPagesAreUnmapped) {
   CountingDriver counting(must(make_host_driver({.capacity = 4 * MiB, .granularity = granule})));
   {
     auto allocator = must(make_tessera_allocator(counting));
-    (void)must(allocator->allocate(3 * granule, default_stream));  // one chunk, three pages
-    (void)must(allocator->allocate(700, StreamId{2}));            // another chunk, in the small pool
-    ASSERT_EQ(counting.tally().calls_of(DriverCall::create_chunk), 2u);
+    (void)must(allocator->allocate(3 * granule, default_stream));  // one chunk, three pages, grown by three
+    (void)must(allocator->allocate(700, StreamId{2}));            // a page of its surplus, in the small pool
+    ASSERT_EQ(counting.tally().calls_of(DriverCall::create_chunk), 1u);
+    ASSERT_EQ(counting.census().mappings, 4u) << "one chunk mapped in two regions";
     counting.reset();
   }
   EXPECT_EQ(counting.census(), DriverCensus{}) << "everything went back";
-  EXPECT_EQ(counting.tally().calls_of(DriverCall::release_chunk), 2u);
+  EXPECT_EQ(counting.tally().calls_of(DriverCall::release_chunk), 1u);
   EXPECT_EQ(counting.tally().failures_of(DriverCall::release_chunk), 0u);
 }
 
