@@ -145,6 +145,41 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
   return failure;
 }
 
+// Whether at most a quarter of the limit is held: far enough from it that a page larger than a granule
+// will not be what a later request lacks.
+bool PageBacker::room_to_spare() const {
+  return pages_split() && mapper_.held() <= budget_.limit() / 4;
+}
+
+// Merges the pages of a run of the block's own slots (`inner`: no other block touches them) that are
+// consecutive granules of one chunk at consecutive slots into one page, mapped with one call — at least
+// coalesce_min_granules of them, where the call saved is worth a page that goes back only whole. The
+// block's shared edges keep their granule pages, so a neighbour never pins a merged page.
+void PageBacker::coalesce(std::vector<Assignment>& assignments, const SlotRange& inner) {
+  auto joins = [&](const Assignment& run, const Assignment& next) {
+    return next.head == run.head + run.page.granules && next.page.chunk == run.page.chunk &&
+           next.page.offset == run.page.offset + run.page.granules && next.head + next.page.granules <= inner.end();
+  };
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < assignments.size();) {
+    std::size_t j = i + 1;
+    Assignment run = assignments[i];
+    if (run.head >= inner.first && run.head + run.page.granules <= inner.end()) {
+      while (j < assignments.size() && joins(run, assignments[j])) {
+        run.page.granules += assignments[j].page.granules;
+        ++j;
+      }
+    }
+    if (run.page.granules >= coalesce_min_granules && j - i > 1) {
+      assignments[out++] = run;
+    } else {
+      for (std::size_t k = i; k < j; ++k) assignments[out++] = assignments[k];
+    }
+    i = j;
+  }
+  assignments.resize(out);
+}
+
 void PageBacker::return_to_pool() {
   for (const Assignment& assignment : backing_.assignments) mapper_.pool_page(assignment.page);
   backing_.assignments.clear();
@@ -215,6 +250,7 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   std::sort(assignments.begin(), assignments.end(),
             [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
   const std::uint64_t moved = backing.stitched();
+  if (room_to_spare()) coalesce(assignments, inner);
   if (auto mapped = mapper_.map_pages(region, assignments); !mapped) {
     assignments.clear();  // the mapper pooled them again
     return mapped;

@@ -376,6 +376,26 @@ TEST_F(AllocatorTest, WithLargePagesTheInsideOfALargeBlockIsOnePage) {
   must(allocator_->deallocate(block));
 }
 
+// Far from the limit, the granules only one block touches are mapped with one call (one page); the data
+// survives, and the page goes back whole once all of it is idle.
+TEST_F(AllocatorTest, FarFromTheLimitALargeBlocksOwnGranulesAreOneMapping) {
+  make(256 * granule, must(parse_allocator_config("small_max_kb:64")));
+  const Address block = must(allocator_->allocate(12 * granule, default_stream));
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), 1u);
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 1u) << "twelve granules of one chunk, one call";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::set_access), 1u);
+  fill(block, 12 * granule, 5);
+  EXPECT_TRUE(holds(block, 12 * granule, 5));
+  must(allocator_->deallocate(block));
+  const Address smaller = must(allocator_->allocate(4 * granule, default_stream));
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 1u) << "cached: inside the freed block's page";
+  must(allocator_->deallocate(smaller));
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+  must(allocator_->empty_cache());
+  EXPECT_EQ(driver_->census().pages, 0u) << "the page and its chunk went back whole";
+  EXPECT_EQ(driver_->census().mappings, 0u);
+}
+
 TEST_F(AllocatorTest, WithLargePagesGrowthMapsAheadWhileThereIsRoom) {
   make(64 * granule, must(parse_allocator_config("small_max_kb:32,page_max_mb:1")));  // pages of 16 granules
   const Address first = must(allocator_->allocate(3 * granule, default_stream));

@@ -1,15 +1,17 @@
 // The page backer over the mapper, the budget and the placements on the sim driver, without the allocator:
 // a block gets a page under every slot it touches, pooled pages before new ones; a new chunk grows past the
 // block while the device has room, and the surplus serves the next block with no create call; near the
-// limit the chunk is the block's need again; out of memory leaves nothing mapped and loses no page; idle
-// pages of a freed block are reclaimed into the pool; a shared block's pages come pooled, else new, within
-// the limit.
+// limit the chunk is the block's need again; far from the limit a run of the block's own slots is mapped as
+// one page (its shared edges as granules), and a map that fails on the way leaves nothing mapped and every
+// page pooled; out of memory leaves nothing mapped and loses no page; idle pages of a freed block are
+// reclaimed into the pool; a shared block's pages come pooled, else new, within the limit.
 #include "core/page_backer.hpp"
 
 #include <gtest/gtest.h>
 
 #include "driver/driver_fixtures.hpp"
 #include "support/must.hpp"
+#include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
 
 namespace tessera::core {
@@ -129,6 +131,89 @@ TEST_F(PageBackerTest, ASharedBlocksPagesArePooledElseNewWithinTheLimit) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, Errc::out_of_memory);
   EXPECT_NE(refused.error().message.find("no room under the limit"), std::string::npos) << refused.error().message;
+}
+
+// A large device (far from the limit) behind a fault injector: runs of a block's own slots merge into one page.
+struct CoalescingRig {
+  SimDriverHandle sim = must(make_sim_driver({.capacity = 256 * granule, .granularity = granule}));
+  FaultInjectingDriver faults{std::move(sim.driver)};
+  AllocatorConfig config{.chunk_max = 64 * granule};
+  Observers observers;
+  Mapper mapper{faults, observers};
+  Budget budget{mapper};
+  Placements placements{granule, false};
+  PageBacker backer{mapper, budget, placements, observers, config};
+  Placement& placement = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
+
+  CoalescingRig() { placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule); }
+
+  Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
+  const Region& region() { return placement.arena().region(0); }
+  std::size_t mapped_slots() {
+    std::size_t count = 0;
+    for (std::size_t slot = region().table_begin(); slot < region().table_end(); ++slot) {
+      count += region().is_mapped(slot) ? 1 : 0;
+    }
+    return count;
+  }
+};
+
+TEST(PageBackerCoalescing, FarFromTheLimitABlocksOwnSlotsAreOnePageAndItsSharedEdgeAGranule) {
+  CoalescingRig rig;
+  // The block ends inside its last granule, which it shares with whatever comes next; the other eleven are
+  // its own.
+  Block* block = rig.take(12 * granule - MiB);
+  const SlotRange touched = rig.placement.arena().touched_slots(*block);
+  const SlotRange inner = rig.placement.arena().inner_slots(*block);
+  ASSERT_EQ(touched.count, 12u);
+  ASSERT_EQ(inner.count, 11u);
+  const std::size_t edge = inner.first == touched.first ? touched.end() - 1 : touched.first;
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_TRUE(rig.region().all_accessible(touched));
+  EXPECT_EQ(rig.faults.census().mappings, 2u) << "one mapping for the eleven own slots, one for the shared edge";
+  EXPECT_EQ(rig.region().page_granules_at(inner.first), 11u);
+  EXPECT_EQ(rig.region().page_granules_at(edge), 1u);
+  EXPECT_EQ(rig.faults.census().pages, 1u);
+  EXPECT_EQ(rig.mapper.held() - rig.mapper.pool().granules() * granule, 12 * granule);
+}
+
+TEST(PageBackerCoalescing, FewerThanEightOwnSlotsKeepGranulePages) {
+  CoalescingRig rig;
+  Block* block = rig.take(7 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.faults.census().mappings, 7u);
+}
+
+TEST(PageBackerCoalescing, NearTheLimitEveryGranuleIsAPageOfItsOwn) {
+  CoalescingRig rig;
+  rig.budget.set_fraction(40.0 / 256);  // 40 granules: a 12-granule block and its surplus pass a quarter of it
+  Block* block = rig.take(12 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_GT(rig.mapper.held(), rig.budget.limit() / 4);
+  EXPECT_EQ(rig.faults.census().mappings, 12u) << "each granule can go back on its own";
+}
+
+TEST(PageBackerCoalescing, AMapThatFailsAfterAMergedPageLeavesNothingMappedAndEveryPagePooled) {
+  for (const std::uint64_t nth : {1u, 2u}) {
+    SCOPED_TRACE(nth);
+    CoalescingRig rig;
+    Block* block = rig.take(12 * granule - MiB);
+    rig.faults.fail(DriverCall::map, nth);
+    const Result<void> backed = rig.backer.back(rig.placement.arena(), *block, false);
+    ASSERT_FALSE(backed);
+    EXPECT_EQ(rig.faults.census().mappings, 0u) << "the merged page mapped before the failure is unmapped";
+    EXPECT_EQ(rig.mapped_slots(), 0u);
+    EXPECT_EQ(rig.mapper.pool().granules() * granule, rig.mapper.held()) << "every page pooled";
+    EXPECT_EQ(rig.faults.census().page_bytes, rig.mapper.held());
+    rig.placements.give_back(block);
+    rig.faults.clear_all();
+    // Usable after: the same block is backed from the pool, with no create call.
+    const std::size_t chunks = rig.faults.census().pages;
+    Block* again = rig.take(12 * granule - MiB);
+    TESSERA_OK(rig.backer.back(rig.placement.arena(), *again, false));
+    EXPECT_EQ(rig.faults.census().pages, chunks);
+    EXPECT_EQ(rig.faults.census().mappings, 2u);
+  }
 }
 
 }  // namespace
