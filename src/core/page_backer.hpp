@@ -88,6 +88,7 @@ class PageBacker {
 
   std::size_t fill_gaps_from_pool();
   std::size_t growth(std::size_t need, std::size_t room) const;
+  bool far_from_limit(std::size_t share) const;
   bool room_to_spare() const;
   void coalesce(std::vector<Assignment>& assignments, const SlotRange& inner);
   // The fewest granules merged into one page by coalesce(): the map calls it saves (1.45 us each, modelled)
@@ -105,6 +106,10 @@ class PageBacker {
   Bytes granule_;
   std::uint32_t page_max_granules_;
   std::uint32_t chunk_max_granules_;
+  // Where the driver maps whole handles only (no partial_map): the largest handle made for the slots only
+  // one block touches, far from the limit or under a tag (chunk_max in granules) — one create and one map
+  // call for them instead of one each per granule.
+  std::uint32_t whole_handle_granules_;
   Backing backing_;
 };
 

@@ -34,7 +34,9 @@ PageBacker::PageBacker(Mapper& mapper, const Budget& budget, Placements& placeme
       chunk_max_granules_(mapper.capabilities().partial_map
                               ? static_cast<std::uint32_t>(std::clamp<Bytes>(config.chunk_max / granule_,
                                                                              page_max_granules_, 1u << 24))
-                              : page_max_granules_) {}
+                              : page_max_granules_),
+      whole_handle_granules_(static_cast<std::uint32_t>(
+          std::clamp<Bytes>(config.chunk_max / granule_, page_max_granules_, 1u << 24))) {}
 
 std::size_t PageBacker::Backing::missing() const {
   std::size_t missing = 0;
@@ -123,7 +125,7 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
         // where pages can be cut from it; else one page.
         const std::size_t need = pages_split() ? std::max<std::size_t>(still_needed, granules) : granules;
         auto size = static_cast<std::uint32_t>(
-            std::min<std::size_t>({need + growth(need, room), chunk_max_granules_, room}));
+            std::min<std::size_t>({need + growth(need, room), pages_split() ? chunk_max_granules_ : need, room}));
         auto made = mapper_.create_chunk(size);
         if (!made) {
           if (made.error().code != Errc::out_of_memory) failure = std::move(made).error();
@@ -145,11 +147,12 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
   return failure;
 }
 
-// Whether at most a quarter of the limit is held: far enough from it that a page larger than a granule
-// will not be what a later request lacks.
-bool PageBacker::room_to_spare() const {
-  return pages_split() && mapper_.held() <= budget_.limit() / 4;
-}
+// Whether at most 1/`share` of the limit is held: far enough from it that a page larger than a granule
+// will not be what a later request lacks. A quarter for merged mappings (room_to_spare), measured: within one
+// granule of min_capacity on every shared trace; an eighth for whole handles, which the pool cannot cut
+// either (a quarter put the attention microbench 249 granules over on the ascend platform).
+bool PageBacker::far_from_limit(std::size_t share) const { return mapper_.held() <= budget_.limit() / share; }
+bool PageBacker::room_to_spare() const { return pages_split() && far_from_limit(4); }
 
 // Merges the pages of a run of the block's own slots (`inner`: no other block touches them) that are
 // consecutive granules of one chunk at consecutive slots into one page, mapped with one call — at least
@@ -195,6 +198,7 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   if (auto done = mapper_.restore_access(region, touched); !done) return done;
 
   backing.start(page_limit_for(arena));
+  if (!pages_split() && (arena.tag() != default_tag || far_from_limit(8))) backing.page_limit = whole_handle_granules_;
   backing.grows = arena.tag() == default_tag && page_max_granules_ == 1 && config_.garbage_collection_threshold == 0 &&
                   config_.reclaim != AllocatorConfig::Reclaim::first;
   backing.own_chunks = arena.tag() != default_tag;

@@ -216,5 +216,56 @@ TEST(PageBackerCoalescing, AMapThatFailsAfterAMergedPageLeavesNothingMappedAndEv
   }
 }
 
+// The ascend platform maps whole handles only: far from the limit a block's own slots get one handle of
+// their own (one create, one map call), its shared edge a granule handle; near the limit every granule is a
+// handle; a create that fails leaves nothing mapped or held.
+struct WholeHandleRig {
+  SimDriverHandle sim = must(make_sim_driver(
+      {.capacity = 256 * granule, .granularity = granule, .platform = SimPlatform::ascend}));
+  FaultInjectingDriver faults{std::move(sim.driver)};
+  AllocatorConfig config{.chunk_max = 64 * granule};
+  Observers observers;
+  Mapper mapper{faults, observers};
+  Budget budget{mapper};
+  Placements placements{granule, false};
+  PageBacker backer{mapper, budget, placements, observers, config};
+  Placement& placement = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
+
+  WholeHandleRig() { placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule); }
+  Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
+};
+
+TEST(PageBackerWholeHandles, FarFromTheLimitABlocksOwnSlotsAreOneHandle) {
+  WholeHandleRig rig;
+  ASSERT_FALSE(rig.backer.pages_split());
+  Block* block = rig.take(12 * granule - MiB);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.faults.census().pages, 2u) << "eleven granules in one handle, the shared edge in another";
+  EXPECT_EQ(rig.faults.census().mappings, 2u);
+  EXPECT_EQ(rig.mapper.held(), 12 * granule) << "no growth where pages cannot be cut";
+}
+
+TEST(PageBackerWholeHandles, NearTheLimitEveryGranuleIsAHandle) {
+  WholeHandleRig rig;
+  rig.budget.set_fraction(64.0 / 256);  // 64 granules: whole handles while at most 8 are held
+  Block* first = rig.take(12 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *first, false));
+  EXPECT_EQ(rig.faults.census().pages, 1u) << "nothing held yet: far from the limit";
+  Block* second = rig.take(4 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *second, false));
+  EXPECT_EQ(rig.faults.census().pages, 5u) << "12 granules held, past an eighth of 64: one handle a granule";
+}
+
+TEST(PageBackerWholeHandles, ACreateThatFailsLeavesNothingMappedOrHeld) {
+  WholeHandleRig rig;
+  Block* block = rig.take(12 * granule - MiB);
+  rig.faults.fail(DriverCall::create_chunk, 2);  // the edge's handle, after the inner run's
+  const Result<void> backed = rig.backer.back(rig.placement.arena(), *block, false);
+  ASSERT_FALSE(backed);
+  EXPECT_EQ(rig.faults.census().mappings, 0u);
+  EXPECT_EQ(rig.mapper.pool().granules() * granule, rig.mapper.held()) << "the handle made is pooled";
+  EXPECT_EQ(rig.faults.census().page_bytes, rig.mapper.held());
+}
+
 }  // namespace
 }  // namespace tessera::core
