@@ -92,8 +92,11 @@ class PageBacker {
   bool room_to_spare() const;
   void coalesce(std::vector<Assignment>& assignments, const SlotRange& inner);
   // The fewest granules merged into one page by coalesce(): the map calls it saves (1.45 us each, modelled)
-  // must be worth a page that is unmapped only whole.
-  static constexpr std::uint32_t coalesce_min_granules = 8;
+  // must be worth a page that is unmapped only whole (8 put niu_b10_ctx150_train 4 granules over its
+  // min_capacity).
+  static constexpr std::uint32_t coalesce_min_granules = 16;
+  // The most a new chunk grows past a block for demand so far (growth()).
+  static constexpr Bytes growth_step = 64 * MiB;
   Result<void> create_for_gaps(const SlotRange& inner, std::size_t extend_to);
   std::size_t growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const;
   void return_to_pool();

@@ -380,12 +380,12 @@ TEST_F(AllocatorTest, WithLargePagesTheInsideOfALargeBlockIsOnePage) {
 // survives, and the page goes back whole once all of it is idle.
 TEST_F(AllocatorTest, FarFromTheLimitALargeBlocksOwnGranulesAreOneMapping) {
   make(256 * granule, must(parse_allocator_config("small_max_kb:64")));
-  const Address block = must(allocator_->allocate(12 * granule, default_stream));
+  const Address block = must(allocator_->allocate(20 * granule, default_stream));
   EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), 1u);
-  EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 1u) << "twelve granules of one chunk, one call";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 1u) << "twenty granules of one chunk, one call";
   EXPECT_EQ(driver_->tally().calls_of(DriverCall::set_access), 1u);
-  fill(block, 12 * granule, 5);
-  EXPECT_TRUE(holds(block, 12 * granule, 5));
+  fill(block, 20 * granule, 5);
+  EXPECT_TRUE(holds(block, 20 * granule, 5));
   must(allocator_->deallocate(block));
   const Address smaller = must(allocator_->allocate(4 * granule, default_stream));
   EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 1u) << "cached: inside the freed block's page";

@@ -54,8 +54,8 @@ TEST_F(PageBackerTest, PooledPagesGoBeforeNewOnes) {
   Block* block = take(3 * granule);
   TESSERA_OK(backer.back(placement.arena(), *block, false));
   EXPECT_EQ(census().pages, 2u) << "the pooled chunk and one new for the granule it lacked";
-  EXPECT_EQ(mapper.held(), 4 * granule) << "the new one grew by as much again as the block lacked";
-  EXPECT_EQ(mapper.pool().granules(), 1u);
+  EXPECT_EQ(mapper.held(), 3 * granule) << "no growth: a quarter of the 2 granules held is none";
+  EXPECT_EQ(mapper.pool().granules(), 0u);
 }
 
 TEST_F(PageBackerTest, TheSurplusOfAGrownChunkServesTheNextBlockWithoutACreateCall) {
@@ -133,7 +133,8 @@ TEST_F(PageBackerTest, ASharedBlocksPagesArePooledElseNewWithinTheLimit) {
   EXPECT_NE(refused.error().message.find("no room under the limit"), std::string::npos) << refused.error().message;
 }
 
-// A large device (far from the limit) behind a fault injector: runs of a block's own slots merge into one page.
+// A large device (far from the limit) behind a fault injector: runs of at least 16 of a block's own slots merge
+// into one page.
 struct CoalescingRig {
   SimDriverHandle sim = must(make_sim_driver({.capacity = 256 * granule, .granularity = granule}));
   FaultInjectingDriver faults{std::move(sim.driver)};
@@ -160,44 +161,44 @@ struct CoalescingRig {
 
 TEST(PageBackerCoalescing, FarFromTheLimitABlocksOwnSlotsAreOnePageAndItsSharedEdgeAGranule) {
   CoalescingRig rig;
-  // The block ends inside its last granule, which it shares with whatever comes next; the other eleven are
+  // The block ends inside its last granule, which it shares with whatever comes next; the other nineteen are
   // its own.
-  Block* block = rig.take(12 * granule - MiB);
+  Block* block = rig.take(20 * granule - MiB);
   const SlotRange touched = rig.placement.arena().touched_slots(*block);
   const SlotRange inner = rig.placement.arena().inner_slots(*block);
-  ASSERT_EQ(touched.count, 12u);
-  ASSERT_EQ(inner.count, 11u);
+  ASSERT_EQ(touched.count, 20u);
+  ASSERT_EQ(inner.count, 19u);
   const std::size_t edge = inner.first == touched.first ? touched.end() - 1 : touched.first;
   TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
   EXPECT_TRUE(rig.region().all_accessible(touched));
-  EXPECT_EQ(rig.faults.census().mappings, 2u) << "one mapping for the eleven own slots, one for the shared edge";
-  EXPECT_EQ(rig.region().page_granules_at(inner.first), 11u);
+  EXPECT_EQ(rig.faults.census().mappings, 2u) << "one mapping for the nineteen own slots, one for the shared edge";
+  EXPECT_EQ(rig.region().page_granules_at(inner.first), 19u);
   EXPECT_EQ(rig.region().page_granules_at(edge), 1u);
   EXPECT_EQ(rig.faults.census().pages, 1u);
-  EXPECT_EQ(rig.mapper.held() - rig.mapper.pool().granules() * granule, 12 * granule);
+  EXPECT_EQ(rig.mapper.held() - rig.mapper.pool().granules() * granule, 20 * granule);
 }
 
-TEST(PageBackerCoalescing, FewerThanEightOwnSlotsKeepGranulePages) {
+TEST(PageBackerCoalescing, FewerThanSixteenOwnSlotsKeepGranulePages) {
   CoalescingRig rig;
-  Block* block = rig.take(7 * granule);
+  Block* block = rig.take(15 * granule);
   TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
-  EXPECT_EQ(rig.faults.census().mappings, 7u);
+  EXPECT_EQ(rig.faults.census().mappings, 15u);
 }
 
 TEST(PageBackerCoalescing, NearTheLimitEveryGranuleIsAPageOfItsOwn) {
   CoalescingRig rig;
-  rig.budget.set_fraction(40.0 / 256);  // 40 granules: a 12-granule block and its surplus pass a quarter of it
-  Block* block = rig.take(12 * granule);
+  rig.budget.set_fraction(64.0 / 256);  // 64 granules: a 20-granule block passes a quarter of it
+  Block* block = rig.take(20 * granule);
   TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
   EXPECT_GT(rig.mapper.held(), rig.budget.limit() / 4);
-  EXPECT_EQ(rig.faults.census().mappings, 12u) << "each granule can go back on its own";
+  EXPECT_EQ(rig.faults.census().mappings, 20u) << "each granule can go back on its own";
 }
 
 TEST(PageBackerCoalescing, AMapThatFailsAfterAMergedPageLeavesNothingMappedAndEveryPagePooled) {
   for (const std::uint64_t nth : {1u, 2u}) {
     SCOPED_TRACE(nth);
     CoalescingRig rig;
-    Block* block = rig.take(12 * granule - MiB);
+    Block* block = rig.take(20 * granule - MiB);
     rig.faults.fail(DriverCall::map, nth);
     const Result<void> backed = rig.backer.back(rig.placement.arena(), *block, false);
     ASSERT_FALSE(backed);
@@ -209,7 +210,7 @@ TEST(PageBackerCoalescing, AMapThatFailsAfterAMergedPageLeavesNothingMappedAndEv
     rig.faults.clear_all();
     // Usable after: the same block is backed from the pool, with no create call.
     const std::size_t chunks = rig.faults.census().pages;
-    Block* again = rig.take(12 * granule - MiB);
+    Block* again = rig.take(20 * granule - MiB);
     TESSERA_OK(rig.backer.back(rig.placement.arena(), *again, false));
     EXPECT_EQ(rig.faults.census().pages, chunks);
     EXPECT_EQ(rig.faults.census().mappings, 2u);
