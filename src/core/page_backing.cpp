@@ -156,12 +156,13 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
 // granule of min_capacity on every shared trace; an eighth for whole handles, which the pool cannot cut
 // either (a quarter put the attention microbench 249 granules over on the ascend platform).
 bool PageBacker::far_from_limit(std::size_t share) const { return mapper_.held() <= budget_.limit() / share; }
-bool PageBacker::room_to_spare() const { return pages_split() && far_from_limit(4); }
+bool PageBacker::room_to_spare() const { return pages_split() && page_max_granules_ == 1 && far_from_limit(4); }
 
 // Merges the pages of a run of the block's own slots (`inner`: no other block touches them) that are
 // consecutive granules of one chunk at consecutive slots into one page, mapped with one call — at least
 // coalesce_min_granules of them, where the call saved is worth a page that goes back only whole. The
-// block's shared edges keep their granule pages, so a neighbour never pins a merged page.
+// block's shared edges keep their granule pages, so a neighbour never pins a merged page. Only with
+// one-granule pages (page_max): a larger page_max is the largest page the user allows.
 void PageBacker::coalesce(std::vector<Assignment>& assignments, const SlotRange& inner) {
   auto joins = [&](const Assignment& run, const Assignment& next) {
     return next.head == run.head + run.page.granules && next.page.chunk == run.page.chunk &&
