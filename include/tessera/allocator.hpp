@@ -45,8 +45,10 @@ struct AllocatorConfig {
   // physical allocation (capability partial_map), the pages a block needs come from one chunk: one create
   // call instead of one per page, while each page is still mapped, reclaimed and moved on its own. A chunk
   // goes back to the device only when all of it is idle (as a PyTorch segment does), so empty_cache and
-  // garbage collection give back whole idle chunks. 0 (or up to the page): one call per page.
-  Bytes chunk_max = 64 * MiB;
+  // garbage collection give back whole idle chunks. While the device has room, a new chunk is made larger
+  // than the block needs (as much again, or half of what is held, at most half of chunk_max) and the rest is
+  // pooled for the blocks that follow. 0 (or up to the page): one call per page.
+  Bytes chunk_max = 1024 * MiB;
   // Tessera: when a block needs pages and none are pooled, whether to take the pages of idle cached blocks
   // (after proving them idle) before creating new ones (first), only when no new page can be created
   // (when_full), or never.

@@ -59,6 +59,10 @@ class Mapper {
   const PagePool& pool() const noexcept { return pool_; }
   // A pooled page of at most `granules` (PagePool::take_at_most), now the caller's to map or pool again.
   std::optional<Page> take_pooled(std::size_t granules, bool split) { return pool_.take_at_most(granules, split); }
+  // The same from a chunk none of which is mapped (PagePool::take_from_whole_chunk).
+  std::optional<Page> take_pooled_whole(std::size_t granules, bool split) {
+    return pool_.take_from_whole_chunk(granules, split);
+  }
   // A page the caller took or cut from a new chunk and does not map (after all): pooled again.
   void pool_page(const Page& page) { pool_.put(page); }
 

@@ -40,8 +40,9 @@ constexpr std::array<OptionRow, 9> rows{{
     {.key = "chunk_max_mb", .field = "chunk_max", .member = &AllocatorConfig::chunk_max,
      .type = OptionRow::Type::number, .minimum = 0, .maximum = 65536, .unit = MiB,
      .meaning = "Tessera's: the most physical memory one create call makes. The pages of a block come from one "
-                "chunk and are mapped one by one; a chunk goes back when all of it is idle. 0 (or up to the "
-                "page): one call per page"},
+                "chunk, made larger than the block needs while the device has room (at most half of this more), "
+                "the rest pooled for the blocks that follow; a chunk goes back when all of it is idle. 0 (or up "
+                "to the page): one call per page"},
     {.key = "share_slivers", .field = "share_slivers", .member = &AllocatorConfig::share_slivers,
      .type = OptionRow::Type::choice, .choices = {{{"on", 1}, {"off", 0}}},
      .meaning = "Tessera's: the last step of the out-of-memory ladder: build a request over the free edges of "

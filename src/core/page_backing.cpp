@@ -7,7 +7,8 @@
 //   3. new pages while the memory held stays within the limit: one page of up to page_max (a chunk under a
 //      tag other than the default) for the slots wholly inside the block (only this block touches them),
 //      one granule at the block's shared edges —
-//      all cut from one new chunk (up to chunk_max) where the driver maps parts of a chunk;
+//      all cut from one new chunk (up to chunk_max) where the driver maps parts of a chunk, made larger than
+//      the block needs while the device has room (growth()), the rest pooled for the blocks that follow;
 //   4. with reclaim:when_full, the pages of idle cached blocks, then the pool again (where slivers are shared,
 //      only after a block over slivers could not be built: sliver_sharing.cpp);
 //   5. where pooled pages cannot be split and are too large for the holes, they go back to the device and
@@ -33,7 +34,9 @@ PageBacker::PageBacker(Mapper& mapper, const Budget& budget, Placements& placeme
       chunk_max_granules_(mapper.capabilities().partial_map
                               ? static_cast<std::uint32_t>(std::clamp<Bytes>(config.chunk_max / granule_,
                                                                              page_max_granules_, 1u << 24))
-                              : page_max_granules_) {}
+                              : page_max_granules_),
+      whole_handle_granules_(static_cast<std::uint32_t>(
+          std::clamp<Bytes>(config.chunk_max / granule_, page_max_granules_, 1u << 24))) {}
 
 std::size_t PageBacker::Backing::missing() const {
   std::size_t missing = 0;
@@ -46,7 +49,8 @@ std::size_t PageBacker::fill_gaps_from_pool() {
   std::size_t filled = 0;
   for (Gap& gap : backing.gaps) {
     while (gap.next < gap.end) {
-      auto page = mapper_.take_pooled(std::min<std::size_t>(gap.end - gap.next, backing.page_limit), pages_split());
+      const std::size_t most = std::min<std::size_t>(gap.end - gap.next, backing.page_limit);
+      auto page = backing.own_chunks ? mapper_.take_pooled_whole(most, pages_split()) : mapper_.take_pooled(most, pages_split());
       if (!page) break;
       backing.assignments.push_back({gap.next, *page});
       gap.next += page->granules;
@@ -68,6 +72,26 @@ std::size_t PageBacker::growth_room(const Arena& arena, const Block& block, cons
   std::size_t reach = touched.end();
   while (reach < end && !region.is_mapped(reach)) ++reach;
   return reach;
+}
+
+// How many granules a new chunk makes beyond the `need` of the block being backed, pooled for the blocks
+// that follow: demand so far (a quarter of what is held, at most growth_step) or, for a block larger than all
+// that is held (the first, large allocations), as much again as it needs — at most half a chunk, and at most
+// a quarter of what stays free under the limit after the block, so that near the limit chunks are cut to the
+// block again and what min_capacity counts is unchanged. The step is small beside large traces and bounds
+// what stays pooled once demand stops growing (avg_frag at unlimited capacity counts it as waste).
+// Pooled pages are taken before any page is created, by any block, so the surplus is spent by the next
+// blocks that miss; what it costs is memory held early (docs/allocator.md, "Pages and chunks"). Only the
+// default tag's blocks grow a chunk, and a tagged block takes pooled pages from chunks none of which is mapped
+// before it creates any, and pooled pages of chunks mapped elsewhere only when it can create none: while
+// there is room its chunks are its own, so that pausing the tag gives all of them back. A shared block's pages (pages_for) are made at the limit, where there is nothing to grow into.
+std::size_t PageBacker::growth(std::size_t need, std::size_t room) const {
+  if (!pages_split() || !backing_.grows) return 0;
+  const std::size_t held = mapper_.held() / granule_;
+  const std::size_t step = std::max<std::size_t>(1, growth_step / granule_);
+  const std::size_t demand = std::max<std::size_t>(std::min(held / 4, step), held < need ? need : 0);
+  const std::size_t free_after = room > need ? room - need : 0;
+  return std::min<std::size_t>({demand, chunk_max_granules_ / 2, free_after / 4});
 }
 
 Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t extend_to) {
@@ -101,9 +125,11 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
       if (chunk_next == chunk_end) {
         const std::size_t room = budget_.room();
         if (room == 0) break;
-        // One chunk for what the block still needs, where pages can be cut from it; else one page.
-        auto size = static_cast<std::uint32_t>(std::min<std::size_t>(
-            {pages_split() ? std::max<std::size_t>(still_needed, granules) : granules, chunk_max_granules_, room}));
+        // One chunk for what the block still needs and what the blocks after it will likely need (growth),
+        // where pages can be cut from it; else one page.
+        const std::size_t need = pages_split() ? std::max<std::size_t>(still_needed, granules) : granules;
+        auto size = static_cast<std::uint32_t>(
+            std::min<std::size_t>({need + growth(need, room), pages_split() ? chunk_max_granules_ : need, room}));
         auto made = mapper_.create_chunk(size);
         if (!made) {
           if (made.error().code != Errc::out_of_memory) failure = std::move(made).error();
@@ -125,6 +151,43 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
   return failure;
 }
 
+// Whether at most 1/`share` of the limit is held: far enough from it that a page larger than a granule
+// will not be what a later request lacks. A quarter for merged mappings (room_to_spare), measured: within one
+// granule of min_capacity on every shared trace; an eighth for whole handles, which the pool cannot cut
+// either (a quarter put the attention microbench 249 granules over on the ascend platform).
+bool PageBacker::far_from_limit(std::size_t share) const { return mapper_.held() <= budget_.limit() / share; }
+bool PageBacker::room_to_spare() const { return pages_split() && page_max_granules_ == 1 && far_from_limit(4); }
+
+// Merges the pages of a run of the block's own slots (`inner`: no other block touches them) that are
+// consecutive granules of one chunk at consecutive slots into one page, mapped with one call — at least
+// coalesce_min_granules of them, where the call saved is worth a page that goes back only whole. The
+// block's shared edges keep their granule pages, so a neighbour never pins a merged page. Only with
+// one-granule pages (page_max): a larger page_max is the largest page the user allows.
+void PageBacker::coalesce(std::vector<Assignment>& assignments, const SlotRange& inner) {
+  auto joins = [&](const Assignment& run, const Assignment& next) {
+    return next.head == run.head + run.page.granules && next.page.chunk == run.page.chunk &&
+           next.page.offset == run.page.offset + run.page.granules && next.head + next.page.granules <= inner.end();
+  };
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < assignments.size();) {
+    std::size_t j = i + 1;
+    Assignment run = assignments[i];
+    if (run.head >= inner.first && run.head + run.page.granules <= inner.end()) {
+      while (j < assignments.size() && joins(run, assignments[j])) {
+        run.page.granules += assignments[j].page.granules;
+        ++j;
+      }
+    }
+    if (run.page.granules >= coalesce_min_granules && j - i > 1) {
+      assignments[out++] = run;
+    } else {
+      for (std::size_t k = i; k < j; ++k) assignments[out++] = assignments[k];
+    }
+    i = j;
+  }
+  assignments.resize(out);
+}
+
 void PageBacker::return_to_pool() {
   for (const Assignment& assignment : backing_.assignments) mapper_.pool_page(assignment.page);
   backing_.assignments.clear();
@@ -140,6 +203,10 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   if (auto done = mapper_.restore_access(region, touched); !done) return done;
 
   backing.start(page_limit_for(arena));
+  if (!pages_split() && (arena.tag() != default_tag || far_from_limit(8))) backing.page_limit = whole_handle_granules_;
+  backing.grows = arena.tag() == default_tag && page_max_granules_ == 1 && config_.garbage_collection_threshold == 0 &&
+                  config_.reclaim != AllocatorConfig::Reclaim::first;
+  backing.own_chunks = arena.tag() != default_tag;
   for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
     if (region.is_mapped(slot)) continue;
     if (!backing.gaps.empty() && backing.gaps.back().end == slot) {
@@ -171,6 +238,10 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
     const std::size_t extend_to = backing.gaps.back().end == touched.end() ? growth_room(arena, block, touched) : 0;
     if (auto done = create_for_gaps(inner, extend_to); !done) return fail(std::move(done).error());
   }
+  if (backing.missing() > 0 && backing.own_chunks) {
+    backing.own_chunks = false;  // no room for a chunk of its own: pooled pages of chunks shared with others
+    fill_gaps_from_pool();
+  }
   if (backing.missing() > 0 && config_.reclaim == Reclaim::when_full && take_idle_when_full) {
     if (auto done = take_idle(); !done) return fail(std::move(done).error());
   }
@@ -187,11 +258,12 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   std::vector<Assignment>& assignments = backing.assignments;
   std::sort(assignments.begin(), assignments.end(),
             [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
+  const std::uint64_t moved = backing.stitched();
+  if (room_to_spare()) coalesce(assignments, inner);
   if (auto mapped = mapper_.map_pages(region, assignments); !mapped) {
     assignments.clear();  // the mapper pooled them again
     return mapped;
   }
-  const std::uint64_t moved = backing.stitched();
   assignments.clear();
   if (moved > 0) observers_.notify([&](AllocatorObserver& observer) { observer.stitched(moved); });
   collect_garbage();

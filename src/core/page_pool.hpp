@@ -87,6 +87,30 @@ class PagePool {
     return Page{ChunkId{chunk}, limit, offset};
   }
 
+  // A page of at most `granules` from a chunk wholly pooled — none of it mapped, so that the page's user is
+  // the chunk's only one —: the smallest such chunk that holds them, cut to them when `split`, else the
+  // largest smaller one. A walk over the pooled runs: for the few blocks that need it (a tag's, which a pause
+  // gives back whole).
+  std::optional<Page> take_from_whole_chunk(std::size_t granules, bool split) {
+    if (granules == 0) return std::nullopt;
+    const auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(granules, UINT32_MAX));
+    std::optional<std::tuple<std::uint32_t, std::uint64_t, std::uint32_t>> smaller;
+    for (const auto& [size, chunk, offset] : by_size_) {
+      if (offset != 0 || chunks_.at(chunk).granules != size) continue;
+      if (size <= limit) {
+        smaller = std::tuple{size, chunk, offset};  // ascending: the last one seen is the largest
+        continue;
+      }
+      if (!split) break;
+      take(Page{ChunkId{chunk}, size, 0});
+      put(Page{ChunkId{chunk}, size - limit, limit});
+      return Page{ChunkId{chunk}, limit, 0};
+    }
+    if (!smaller) return std::nullopt;
+    const auto [size, chunk, offset] = *smaller;
+    return take(Page{ChunkId{chunk}, size, offset});
+  }
+
   // A chunk wholly pooled, the largest first, taken out of the pool (its run, offset 0, all of it).
   std::optional<Page> take_whole_chunk() {
     for (auto run = by_size_.rbegin(); run != by_size_.rend(); ++run) {

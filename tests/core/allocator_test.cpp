@@ -64,7 +64,8 @@ TEST_F(AllocatorTest, RoundsTo512BytesAndCountsRequestedAndAllocated) {
   const AllocatorStats stats = allocator_->stats();
   EXPECT_EQ(stats.requested_bytes, 514u);
   EXPECT_EQ(stats.allocated_bytes, 512u + 1024u);
-  EXPECT_EQ(stats.reserved_bytes, granule) << "both fit in one small-pool page";
+  EXPECT_EQ(allocator_->tessera_stats().mapped_bytes, granule) << "both fit in one small-pool page";
+  EXPECT_EQ(stats.reserved_bytes, 2 * granule) << "and its chunk grew by as much again, pooled";
   must(allocator_->deallocate(a));
   must(allocator_->deallocate(b));
   EXPECT_EQ(allocator_->stats().allocated_bytes, 0u);
@@ -261,7 +262,9 @@ TEST_F(AllocatorTest, EmptyCacheGivesEveryIdlePageBack) {
     if (block != keep) must(allocator_->deallocate(block));
   }
   must(allocator_->empty_cache());
-  EXPECT_EQ(allocator_->stats().reserved_bytes, 3 * granule) << "only the live block's pages stay";
+  EXPECT_EQ(allocator_->tessera_stats().mapped_bytes, 3 * granule) << "only the live block's pages stay mapped";
+  EXPECT_EQ(driver_->census().pages, 1u) << "and only its chunk stays (its surplus pooled: it goes back whole)";
+  EXPECT_EQ(allocator_->stats().reserved_bytes, driver_->census().page_bytes);
   must(allocator_->deallocate(keep));
   must(allocator_->empty_cache());
   EXPECT_EQ(allocator_->stats().reserved_bytes, 0u);
@@ -373,6 +376,26 @@ TEST_F(AllocatorTest, WithLargePagesTheInsideOfALargeBlockIsOnePage) {
   must(allocator_->deallocate(block));
 }
 
+// Far from the limit, the granules only one block touches are mapped with one call (one page); the data
+// survives, and the page goes back whole once all of it is idle.
+TEST_F(AllocatorTest, FarFromTheLimitALargeBlocksOwnGranulesAreOneMapping) {
+  make(256 * granule, must(parse_allocator_config("small_max_kb:64")));
+  const Address block = must(allocator_->allocate(20 * granule, default_stream));
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), 1u);
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 1u) << "twenty granules of one chunk, one call";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::set_access), 1u);
+  fill(block, 20 * granule, 5);
+  EXPECT_TRUE(holds(block, 20 * granule, 5));
+  must(allocator_->deallocate(block));
+  const Address smaller = must(allocator_->allocate(4 * granule, default_stream));
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 1u) << "cached: inside the freed block's page";
+  must(allocator_->deallocate(smaller));
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+  must(allocator_->empty_cache());
+  EXPECT_EQ(driver_->census().pages, 0u) << "the page and its chunk went back whole";
+  EXPECT_EQ(driver_->census().mappings, 0u);
+}
+
 TEST_F(AllocatorTest, WithLargePagesGrowthMapsAheadWhileThereIsRoom) {
   make(64 * granule, must(parse_allocator_config("small_max_kb:32,page_max_mb:1")));  // pages of 16 granules
   const Address first = must(allocator_->allocate(3 * granule, default_stream));
@@ -462,13 +485,14 @@ TEST(AllocatorTeardown, EachChunkGoesBackOnceAfterAllItsPagesAreUnmapped) {
   CountingDriver counting(must(make_host_driver({.capacity = 4 * MiB, .granularity = granule})));
   {
     auto allocator = must(make_tessera_allocator(counting));
-    (void)must(allocator->allocate(3 * granule, default_stream));  // one chunk, three pages
-    (void)must(allocator->allocate(700, StreamId{2}));            // another chunk, in the small pool
-    ASSERT_EQ(counting.tally().calls_of(DriverCall::create_chunk), 2u);
+    (void)must(allocator->allocate(3 * granule, default_stream));  // one chunk, three pages, grown by three
+    (void)must(allocator->allocate(700, StreamId{2}));            // a page of its surplus, in the small pool
+    ASSERT_EQ(counting.tally().calls_of(DriverCall::create_chunk), 1u);
+    ASSERT_EQ(counting.census().mappings, 4u) << "one chunk mapped in two regions";
     counting.reset();
   }
   EXPECT_EQ(counting.census(), DriverCensus{}) << "everything went back";
-  EXPECT_EQ(counting.tally().calls_of(DriverCall::release_chunk), 2u);
+  EXPECT_EQ(counting.tally().calls_of(DriverCall::release_chunk), 1u);
   EXPECT_EQ(counting.tally().failures_of(DriverCall::release_chunk), 0u);
 }
 

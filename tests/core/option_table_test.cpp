@@ -34,7 +34,7 @@ TEST(OptionTable, TheDefaults) {
   EXPECT_EQ(defaults["small_max_kb"], "1024");
   EXPECT_EQ(defaults["reclaim"], "when_full");
   EXPECT_EQ(defaults["page_max_mb"], "0");
-  EXPECT_EQ(defaults["chunk_max_mb"], "64");
+  EXPECT_EQ(defaults["chunk_max_mb"], "1024");
   EXPECT_EQ(defaults["share_slivers"], "on");
   EXPECT_EQ(defaults["virtual_factor"], "2");
   EXPECT_EQ(defaults["backup_cache"], "on");

@@ -1,13 +1,17 @@
 // The page backer over the mapper, the budget and the placements on the sim driver, without the allocator:
-// a block gets a page under every slot it touches, pooled pages before new ones; out of memory leaves
-// nothing mapped and loses no page; idle pages of a freed block are reclaimed into the pool; a shared
-// block's pages come pooled, else new, within the limit.
+// a block gets a page under every slot it touches, pooled pages before new ones; a new chunk grows past the
+// block while the device has room, and the surplus serves the next block with no create call; near the
+// limit the chunk is the block's need again; far from the limit a run of the block's own slots is mapped as
+// one page (its shared edges as granules), and a map that fails on the way leaves nothing mapped and every
+// page pooled; out of memory leaves nothing mapped and loses no page; idle pages of a freed block are
+// reclaimed into the pool; a shared block's pages come pooled, else new, within the limit.
 #include "core/page_backer.hpp"
 
 #include <gtest/gtest.h>
 
 #include "driver/driver_fixtures.hpp"
 #include "support/must.hpp"
+#include "tessera/driver_decorators.hpp"
 #include "tessera/drivers.hpp"
 
 namespace tessera::core {
@@ -38,10 +42,10 @@ TEST_F(PageBackerTest, ABlockGetsAPageUnderEverySlotItTouches) {
   Block* block = take(3 * granule);
   TESSERA_OK(backer.back(placement.arena(), *block, false));
   EXPECT_TRUE(region().all_accessible(placement.arena().touched_slots(*block)));
-  EXPECT_EQ(mapper.held(), 3 * granule) << "one chunk for what it needs";
-  EXPECT_EQ(mapper.pool().granules(), 0u);
   EXPECT_EQ(census().pages, 1u) << "one create call";
-  EXPECT_EQ(census().mappings, 3u) << "a granule page a slot (page_max: the granule)";
+  EXPECT_EQ(census().mappings, 3u) << "a granule page a slot (page_max: the granule; too few to merge)";
+  EXPECT_EQ(mapper.held(), 4 * granule) << "what it needs, and growth up to the chunk's limit";
+  EXPECT_EQ(mapper.pool().granules(), 1u) << "the surplus is pooled";
 }
 
 TEST_F(PageBackerTest, PooledPagesGoBeforeNewOnes) {
@@ -50,8 +54,28 @@ TEST_F(PageBackerTest, PooledPagesGoBeforeNewOnes) {
   Block* block = take(3 * granule);
   TESSERA_OK(backer.back(placement.arena(), *block, false));
   EXPECT_EQ(census().pages, 2u) << "the pooled chunk and one new for the granule it lacked";
+  EXPECT_EQ(mapper.held(), 3 * granule) << "no growth: a quarter of the 2 granules held is none";
   EXPECT_EQ(mapper.pool().granules(), 0u);
-  EXPECT_EQ(mapper.held(), 3 * granule);
+}
+
+TEST_F(PageBackerTest, TheSurplusOfAGrownChunkServesTheNextBlockWithoutACreateCall) {
+  Block* first = take(2 * granule);
+  TESSERA_OK(backer.back(placement.arena(), *first, false));
+  EXPECT_EQ(census().pages, 1u);
+  EXPECT_EQ(mapper.held(), 4 * granule) << "as much again as the block needs";
+  Block* second = take(2 * granule);
+  TESSERA_OK(backer.back(placement.arena(), *second, false));
+  EXPECT_EQ(census().pages, 1u) << "no create call: the surplus was pooled";
+  EXPECT_EQ(mapper.pool().granules(), 0u);
+  EXPECT_EQ(census().mappings, 4u);
+}
+
+TEST_F(PageBackerTest, NearTheLimitANewChunkIsWhatTheBlockNeeds) {
+  budget.set_fraction(0.5);  // 8 granules
+  Block* block = take(6 * granule);
+  TESSERA_OK(backer.back(placement.arena(), *block, false));
+  EXPECT_EQ(mapper.held(), 6 * granule) << "a quarter of the 2 granules left free is no whole granule";
+  EXPECT_EQ(mapper.pool().granules(), 0u);
 }
 
 TEST_F(PageBackerTest, OutOfMemoryLeavesNothingMappedAndLosesNoPage) {
@@ -69,16 +93,19 @@ TEST_F(PageBackerTest, OutOfMemoryLeavesNothingMappedAndLosesNoPage) {
 TEST_F(PageBackerTest, IdlePagesOfAFreedBlockAreReclaimedIntoThePool) {
   Block* block = take(4 * granule);
   TESSERA_OK(backer.back(placement.arena(), *block, false));
+  EXPECT_EQ(mapper.held(), 4 * granule) << "the chunk's limit: no growth";
   Block* keep = take(granule);  // a live neighbour, so the freed block stays where it is
   TESSERA_OK(backer.back(placement.arena(), *keep, false));
+  const std::size_t pooled = mapper.pool().granules();  // the surplus of the neighbour's chunk
   placements.give_back(block);
   std::vector<Page> taken;
   const std::size_t granules = must(backer.reclaim(3, &taken));
   EXPECT_EQ(granules, 3u) << "oldest freed first, up to what was asked";
   EXPECT_EQ(taken.size(), 3u);
-  EXPECT_EQ(mapper.pool().granules(), 3u);
+  EXPECT_EQ(mapper.pool().granules(), pooled + 3);
   TESSERA_OK(backer.give_back_above(0));
-  EXPECT_LT(mapper.held(), 5 * granule) << "whole idle chunks went back";
+  EXPECT_EQ(census().mappings, 1u) << "only the live neighbour's page stays mapped";
+  EXPECT_LT(mapper.held(), 5 * granule) << "the freed block's chunk went back";
 }
 
 TEST_F(PageBackerTest, ASharedBlocksPagesArePooledElseNewWithinTheLimit) {
@@ -87,6 +114,7 @@ TEST_F(PageBackerTest, ASharedBlocksPagesArePooledElseNewWithinTheLimit) {
   ASSERT_EQ(pages.size(), 3u);
   EXPECT_EQ(pages[0].head, 1u);
   EXPECT_EQ(pages[2].head, 3u) << "in slot order";
+  EXPECT_EQ(mapper.held(), 3 * granule) << "made at the limit: no growth";
   for (const Assignment& page : pages) mapper.pool_page(page.page);
   const Page pooled = must(backer.page_of_at_most(2));
   EXPECT_EQ(pooled.granules, 2u);
@@ -103,6 +131,141 @@ TEST_F(PageBackerTest, ASharedBlocksPagesArePooledElseNewWithinTheLimit) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, Errc::out_of_memory);
   EXPECT_NE(refused.error().message.find("no room under the limit"), std::string::npos) << refused.error().message;
+}
+
+// A large device (far from the limit) behind a fault injector: runs of at least 16 of a block's own slots merge
+// into one page.
+struct CoalescingRig {
+  SimDriverHandle sim = must(make_sim_driver({.capacity = 256 * granule, .granularity = granule}));
+  FaultInjectingDriver faults{std::move(sim.driver)};
+  AllocatorConfig config{.chunk_max = 64 * granule};
+  Observers observers;
+  Mapper mapper{faults, observers};
+  Budget budget{mapper};
+  Placements placements{granule, false};
+  PageBacker backer{mapper, budget, placements, observers, config};
+  Placement& placement = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
+
+  CoalescingRig() { placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule); }
+
+  Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
+  const Region& region() { return placement.arena().region(0); }
+  std::size_t mapped_slots() {
+    std::size_t count = 0;
+    for (std::size_t slot = region().table_begin(); slot < region().table_end(); ++slot) {
+      count += region().is_mapped(slot) ? 1 : 0;
+    }
+    return count;
+  }
+};
+
+TEST(PageBackerCoalescing, FarFromTheLimitABlocksOwnSlotsAreOnePageAndItsSharedEdgeAGranule) {
+  CoalescingRig rig;
+  // The block ends inside its last granule, which it shares with whatever comes next; the other nineteen are
+  // its own.
+  Block* block = rig.take(20 * granule - MiB);
+  const SlotRange touched = rig.placement.arena().touched_slots(*block);
+  const SlotRange inner = rig.placement.arena().inner_slots(*block);
+  ASSERT_EQ(touched.count, 20u);
+  ASSERT_EQ(inner.count, 19u);
+  const std::size_t edge = inner.first == touched.first ? touched.end() - 1 : touched.first;
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_TRUE(rig.region().all_accessible(touched));
+  EXPECT_EQ(rig.faults.census().mappings, 2u) << "one mapping for the nineteen own slots, one for the shared edge";
+  EXPECT_EQ(rig.region().page_granules_at(inner.first), 19u);
+  EXPECT_EQ(rig.region().page_granules_at(edge), 1u);
+  EXPECT_EQ(rig.faults.census().pages, 1u);
+  EXPECT_EQ(rig.mapper.held() - rig.mapper.pool().granules() * granule, 20 * granule);
+}
+
+TEST(PageBackerCoalescing, FewerThanSixteenOwnSlotsKeepGranulePages) {
+  CoalescingRig rig;
+  Block* block = rig.take(15 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.faults.census().mappings, 15u);
+}
+
+TEST(PageBackerCoalescing, NearTheLimitEveryGranuleIsAPageOfItsOwn) {
+  CoalescingRig rig;
+  rig.budget.set_fraction(64.0 / 256);  // 64 granules: a 20-granule block passes a quarter of it
+  Block* block = rig.take(20 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_GT(rig.mapper.held(), rig.budget.limit() / 4);
+  EXPECT_EQ(rig.faults.census().mappings, 20u) << "each granule can go back on its own";
+}
+
+TEST(PageBackerCoalescing, AMapThatFailsAfterAMergedPageLeavesNothingMappedAndEveryPagePooled) {
+  for (const std::uint64_t nth : {1u, 2u}) {
+    SCOPED_TRACE(nth);
+    CoalescingRig rig;
+    Block* block = rig.take(20 * granule - MiB);
+    rig.faults.fail(DriverCall::map, nth);
+    const Result<void> backed = rig.backer.back(rig.placement.arena(), *block, false);
+    ASSERT_FALSE(backed);
+    EXPECT_EQ(rig.faults.census().mappings, 0u) << "the merged page mapped before the failure is unmapped";
+    EXPECT_EQ(rig.mapped_slots(), 0u);
+    EXPECT_EQ(rig.mapper.pool().granules() * granule, rig.mapper.held()) << "every page pooled";
+    EXPECT_EQ(rig.faults.census().page_bytes, rig.mapper.held());
+    rig.placements.give_back(block);
+    rig.faults.clear_all();
+    // Usable after: the same block is backed from the pool, with no create call.
+    const std::size_t chunks = rig.faults.census().pages;
+    Block* again = rig.take(20 * granule - MiB);
+    TESSERA_OK(rig.backer.back(rig.placement.arena(), *again, false));
+    EXPECT_EQ(rig.faults.census().pages, chunks);
+    EXPECT_EQ(rig.faults.census().mappings, 2u);
+  }
+}
+
+// The ascend platform maps whole handles only: far from the limit a block's own slots get one handle of
+// their own (one create, one map call), its shared edge a granule handle; near the limit every granule is a
+// handle; a create that fails leaves nothing mapped or held.
+struct WholeHandleRig {
+  SimDriverHandle sim = must(make_sim_driver(
+      {.capacity = 256 * granule, .granularity = granule, .platform = SimPlatform::ascend}));
+  FaultInjectingDriver faults{std::move(sim.driver)};
+  AllocatorConfig config{.chunk_max = 64 * granule};
+  Observers observers;
+  Mapper mapper{faults, observers};
+  Budget budget{mapper};
+  Placements placements{granule, false};
+  PageBacker backer{mapper, budget, placements, observers, config};
+  Placement& placement = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
+
+  WholeHandleRig() { placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule); }
+  Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
+};
+
+TEST(PageBackerWholeHandles, FarFromTheLimitABlocksOwnSlotsAreOneHandle) {
+  WholeHandleRig rig;
+  ASSERT_FALSE(rig.backer.pages_split());
+  Block* block = rig.take(12 * granule - MiB);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.faults.census().pages, 2u) << "eleven granules in one handle, the shared edge in another";
+  EXPECT_EQ(rig.faults.census().mappings, 2u);
+  EXPECT_EQ(rig.mapper.held(), 12 * granule) << "no growth where pages cannot be cut";
+}
+
+TEST(PageBackerWholeHandles, NearTheLimitEveryGranuleIsAHandle) {
+  WholeHandleRig rig;
+  rig.budget.set_fraction(64.0 / 256);  // 64 granules: whole handles while at most 8 are held
+  Block* first = rig.take(12 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *first, false));
+  EXPECT_EQ(rig.faults.census().pages, 1u) << "nothing held yet: far from the limit";
+  Block* second = rig.take(4 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *second, false));
+  EXPECT_EQ(rig.faults.census().pages, 5u) << "12 granules held, past an eighth of 64: one handle a granule";
+}
+
+TEST(PageBackerWholeHandles, ACreateThatFailsLeavesNothingMappedOrHeld) {
+  WholeHandleRig rig;
+  Block* block = rig.take(12 * granule - MiB);
+  rig.faults.fail(DriverCall::create_chunk, 2);  // the edge's handle, after the inner run's
+  const Result<void> backed = rig.backer.back(rig.placement.arena(), *block, false);
+  ASSERT_FALSE(backed);
+  EXPECT_EQ(rig.faults.census().mappings, 0u);
+  EXPECT_EQ(rig.mapper.pool().granules() * granule, rig.mapper.held()) << "the handle made is pooled";
+  EXPECT_EQ(rig.faults.census().page_bytes, rig.mapper.held());
 }
 
 }  // namespace

@@ -96,6 +96,23 @@ TEST(PagePool, TakeAtMostGivesTheLargestRunThatFits) {
   EXPECT_EQ(pool.granules(), 5u);
 }
 
+TEST(PagePool, TakeFromWholeChunkSkipsChunksPartlyMapped) {
+  PagePool pool;
+  pool.add_chunk(chunk_a, 8);
+  pool.add_chunk(chunk_b, 5);
+  pool.add_chunk(chunk_c, 3);
+  pool.put(Page{chunk_a, 4, 4});  // half of a is mapped elsewhere
+  pool.put(Page{chunk_b, 5, 0});
+  pool.put(Page{chunk_c, 3, 0});
+  EXPECT_TRUE(is_page(pool.take_from_whole_chunk(4, true), Page{chunk_b, 4, 0}))
+      << "the smallest whole chunk that holds them, cut: never a's pooled half";
+  EXPECT_EQ(pool.pooled_of(chunk_b), 1u);
+  EXPECT_TRUE(is_page(pool.take_from_whole_chunk(4, false), Page{chunk_c, 3, 0})) << "else the largest smaller one";
+  EXPECT_FALSE(pool.take_from_whole_chunk(4, true).has_value()) << "b is partly taken now, a partly mapped";
+  EXPECT_EQ(pool.granules(), 5u);
+  EXPECT_FALSE(pool.take_from_whole_chunk(0, true).has_value());
+}
+
 TEST(PagePool, ASplitGivesTheFirstGranulesOfTheSmallestLargerRunAndPoolsTheRest) {
   PagePool pool;
   pool.add_chunk(chunk_a, 7);
