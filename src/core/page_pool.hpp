@@ -95,7 +95,8 @@ class PagePool {
     if (granules == 0) return std::nullopt;
     const auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(granules, UINT32_MAX));
     std::optional<std::tuple<std::uint32_t, std::uint64_t, std::uint32_t>> smaller;
-    for (const auto& [size, chunk, offset] : by_size_) {
+    for (const auto& run : by_size_) {
+      const auto [size, chunk, offset] = run;  // copies: take() below erases the run
       if (offset != 0 || chunks_.at(chunk).granules != size) continue;
       if (size <= limit) {
         smaller = std::tuple{size, chunk, offset};  // ascending: the last one seen is the largest
