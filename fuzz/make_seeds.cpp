@@ -53,6 +53,7 @@ std::string stalloc_text(const Trace& trace) {
       case TraceEventKind::iteration:
         out += fmt::format("Iteration Index : {}\nmicro-batch : F\n", event.size);
         break;
+      default: break;  // STAlloc's lines carry no tags, pools or stream uses
     }
   }
   out += "Iteration Index : end\n";

@@ -88,7 +88,12 @@ void check_reader_trace(std::string_view target, const Trace& trace) {
   }
   const TraceSummary summary = summarize(trace);
   if (summary.initial_blocks != trace.initial_blocks.size()) fail(target, "summarize() miscounts the initial blocks");
-  if (summary.allocs + summary.frees + summary.iterations + summary.pauses + summary.resumes != trace.events.size()) {
+  const auto pool_ends = static_cast<std::size_t>(std::count_if(trace.events.begin(), trace.events.end(), [](const TraceEvent& e) {
+    return e.kind == TraceEventKind::end_pool || e.kind == TraceEventKind::release_pool;
+  }));
+  if (summary.allocs + summary.frees + summary.iterations + summary.pauses + summary.resumes + summary.record_streams +
+          summary.pool_begins + pool_ends !=
+      trace.events.size()) {
     fail(target, "summarize() miscounts the events");
   }
   const std::string text = format_text_trace(trace);

@@ -47,22 +47,9 @@ struct AllocatorStats {
   std::uint64_t num_device_free = 0;       // [num_device_free] the same, released
 };
 
-// A private pool's name: PyTorch's MempoolId_t (the pair a CUDA graph or a torch.cuda.MemPool is given).
-// {0, 0} names no pool: PyTorch never gives it.
-struct PoolId {
-  std::uint64_t first = 0;
-  std::uint64_t second = 0;
-  friend auto operator<=>(const PoolId&, const PoolId&) = default;
-};
 // Which streams' allocations go to a pool while it is active (PyTorch passes one that accepts the streams
 // its graph captures on). It is called under the allocator's lock: it must not call the allocator.
 using StreamFilter = std::function<bool(StreamId)>;
-
-// What a private pool keeps from the shared cache (begin_allocate_to_pool).
-enum class PoolKind : std::uint8_t {
-  graph,  // a CUDA graph's: the graph replays into every address it allocated, freed blocks' too
-  plain,  // tessera.use_pool's: only the live blocks' bytes matter, as in the shared cache
-};
 
 class DeviceAllocator {
  public:

@@ -94,6 +94,9 @@ struct ReplayResult {
   std::size_t resumes = 0;
   // The allocator answered Errc::unsupported (it cannot pause): its tagged memory stayed where it was.
   bool pause_unsupported = false;
+  // The allocator answered Errc::unsupported to a pool event (it has no private pools): it served the pool's
+  // allocations from its shared cache, which the recorded job could not have done.
+  bool pool_unsupported = false;
   CallTally pause_driver_calls;   // the driver calls made inside pause(), by kind
   CallTally resume_driver_calls;  // and inside resume()
   std::uint64_t pause_time_ns = 0;   // their modelled (sim) or measured (host) time

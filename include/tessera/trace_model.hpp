@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,7 +29,13 @@ inline constexpr std::int64_t no_time = std::numeric_limits<std::int64_t>::min()
 
 // pause and resume: a tag's blocks give their device memory back and take it again, keeping their addresses
 // (DeviceAllocator::pause); the blocks stay live meanwhile.
-enum class TraceEventKind : std::uint8_t { alloc, free, iteration, pause, resume };
+// record_stream: a live block is used on one more stream (DeviceAllocator::record_stream; PyTorch's
+// Tensor.record_stream), so its free must wait for that stream's work too.
+// begin_pool, end_pool, release_pool: a private pool (Trace::pools) starts and stops taking the allocations on
+// one stream, and gives up one use (DeviceAllocator::begin_allocate_to_pool and its kin; a CUDA graph's capture).
+enum class TraceEventKind : std::uint8_t {
+  alloc, free, iteration, pause, resume, record_stream, begin_pool, end_pool, release_pool
+};
 
 std::string_view to_string(TraceEventKind kind) noexcept;
 
@@ -38,10 +45,12 @@ inline constexpr TraceTag trace_default_tag = 0;
 
 // 32 bytes, no pointers: a replay streams through millions of them. backup and tag sit in what was padding.
 struct TraceEvent {
-  std::uint64_t size = 0;          // alloc, free: the block's requested bytes; iteration: the index
+  std::uint64_t size = 0;          // alloc, free: the block's requested bytes; iteration: the index;
+                                   // the pool events: the pool, an index into Trace::pools
   std::int64_t time_us = no_time;  // when it was recorded, in microseconds; no_time when unknown
-  BlockId block = 0;               // alloc, free
-  std::uint32_t stream = 0;        // alloc, free: index into Trace::streams
+  BlockId block = 0;               // alloc, free, record_stream
+  std::uint32_t stream = 0;        // alloc, free: index into Trace::streams; record_stream: the stream that
+                                   // uses the block; begin_pool: the stream whose allocations go to the pool
   TraceEventKind kind = TraceEventKind::alloc;
   bool backup = false;             // pause: the tag's live blocks are copied to host memory first
   TraceTag tag = trace_default_tag;  // alloc: the block's tag; pause, resume: the tag
@@ -66,6 +75,22 @@ struct TraceEvent {
   static TraceEvent resume(TraceTag tag, std::int64_t time_us = no_time) {
     return {0, time_us, 0, 0, TraceEventKind::resume, false, tag};
   }
+  static TraceEvent record_stream(BlockId block, std::uint32_t stream, std::int64_t time_us = no_time) {
+    return {0, time_us, block, stream, TraceEventKind::record_stream};
+  }
+  static TraceEvent begin_pool(std::uint32_t pool, std::uint32_t stream, std::int64_t time_us = no_time) {
+    return {pool, time_us, 0, stream, TraceEventKind::begin_pool};
+  }
+  static TraceEvent end_pool(std::uint32_t pool, std::int64_t time_us = no_time) {
+    return {pool, time_us, 0, 0, TraceEventKind::end_pool};
+  }
+  static TraceEvent release_pool(std::uint32_t pool, std::int64_t time_us = no_time) {
+    return {pool, time_us, 0, 0, TraceEventKind::release_pool};
+  }
+  bool is_pool_event() const noexcept {
+    return kind == TraceEventKind::begin_pool || kind == TraceEventKind::end_pool ||
+           kind == TraceEventKind::release_pool;
+  }
 
   bool operator==(const TraceEvent&) const = default;
 };
@@ -78,6 +103,15 @@ struct InitialBlock {
   std::uint32_t stream = 0;  // index into Trace::streams
 
   bool operator==(const InitialBlock&) const = default;
+};
+
+// A private pool of the trace: its id (PyTorch's MempoolId_t; a snapshot's segment_pool_id) and kind. An id
+// is in the table once; a pool released and begun again is the same entry.
+struct TracePool {
+  PoolId id;
+  PoolKind kind = PoolKind::graph;
+
+  bool operator==(const TracePool&) const = default;
 };
 
 // One frame of the stack that made an allocation or a free, as PyTorch's snapshot writes it. A stack lists its frames
@@ -98,6 +132,7 @@ struct Trace {
   // The tag table: index -> name; index 0 is default_tag_name ("default"), the tag of every
   // block no region named. Initial blocks carry the default tag.
   std::vector<std::string> tags{std::string(default_tag_name)};
+  std::vector<TracePool> pools;            // the private pools the pool events name; empty without any
   std::vector<InitialBlock> initial_blocks;
   std::vector<TraceEvent> events;
   BlockId block_count = 0;                  // block ids are 0 .. block_count-1; readers number initial blocks first
@@ -133,6 +168,8 @@ struct TraceSummary {
   std::size_t live_past_2_64 = npos;
   std::size_t pauses = 0;
   std::size_t resumes = 0;
+  std::size_t record_streams = 0;
+  std::size_t pool_begins = 0;  // begin_pool events (graph captures)
   // The most live bytes of blocks whose tag is not paused: what an allocator must hold when a paused tag
   // costs nothing. Equal to peak_live_bytes in a trace without pauses.
   Bytes peak_resident_bytes = 0;
@@ -147,10 +184,26 @@ TraceSummary summarize(const Trace& trace);
 // as a field.
 bool is_trace_tag_name(std::string_view name) noexcept;
 
+// The order of a private pool's events, as PyTorch calls them (DeviceAllocator::begin_allocate_to_pool): an end
+// closes a begin still open; a release takes one of the uses the begins gave, never the last while the pool is
+// still being allocated to. validate() and the readers (for their line numbers) keep one.
+class PoolOrder {
+ public:
+  // Applies one pool event on pool `pool` of `table`; what is wrong with it, or none.
+  std::optional<std::string> apply(TraceEventKind kind, std::uint64_t pool, const std::vector<TracePool>& table);
+
+ private:
+  std::vector<std::uint64_t> uses_;    // by pool index: begins less releases
+  std::vector<std::uint64_t> active_;  // begins less ends
+};
+
 // Every id and stream index in range; every initial block and every alloc names a block not seen before
 // (ids are never reused) and has at least one byte; every free names a live block and repeats its size and
 // stream. The tag table starts with "default" and names each tag once; every tag index is in range; a pause
-// names a tag that is not paused, a resume one that is, and no alloc comes under a paused tag. The stacks are
+// names a tag that is not paused, a resume one that is, and no alloc comes under a paused tag. A record_stream
+// names a live block and a stream in range. The pool table names each id once, none of them (0, 0); a pool
+// event names a pool in range; an end names a pool being allocated to, a release one with a use left that
+// the release would not leave active and unreleased (PyTorch's rules, DeviceAllocator). The stacks are
 // none, or as Trace says: one per event and one per initial block, each in the table. The error names the
 // first offending event.
 Result<void> validate(const Trace& trace);

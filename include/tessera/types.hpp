@@ -55,6 +55,7 @@
 //   placement    where in its arena a block goes: best or good fit, carving and merging (src/core/placement.hpp).
 #pragma once
 
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 
@@ -77,6 +78,20 @@ enum class EventId : std::uint64_t {};
 // A stream as the platform names it: the value of a cudaStream_t or aclrtStream, or any number on the host
 // and sim drivers. StreamId{0} is the default stream.
 enum class StreamId : std::uintptr_t {};
+
+// A private pool's name: PyTorch's MempoolId_t (the pair a CUDA graph or a torch.cuda.MemPool is given).
+// {0, 0} names no pool: PyTorch never gives it.
+struct PoolId {
+  std::uint64_t first = 0;
+  std::uint64_t second = 0;
+  friend auto operator<=>(const PoolId&, const PoolId&) = default;
+};
+
+// What a private pool keeps from the shared cache (DeviceAllocator::begin_allocate_to_pool).
+enum class PoolKind : std::uint8_t {
+  graph,  // a CUDA graph's: the graph replays into every address it allocated, freed blocks' too
+  plain,  // tessera.use_pool's: only the live blocks' bytes matter, as in the shared cache
+};
 
 inline constexpr StreamId default_stream{0};
 

@@ -120,10 +120,34 @@ std::string where(const Trace& trace, std::optional<std::size_t> event, BlockId 
       return fmt::format("event {} (pause of tag '{}')", *event, at.tag < trace.tags.size() ? trace.tags[at.tag] : "?");
     case TraceEventKind::resume:
       return fmt::format("event {} (resume of tag '{}')", *event, at.tag < trace.tags.size() ? trace.tags[at.tag] : "?");
+    case TraceEventKind::record_stream:
+      return fmt::format("event {} (record_stream of block {})", *event, at.block);
+    case TraceEventKind::begin_pool:
+    case TraceEventKind::end_pool:
+    case TraceEventKind::release_pool:
+      if (at.size < trace.pools.size()) {
+        return fmt::format("event {} ({} of pool ({}, {}))", *event, to_string(at.kind), trace.pools[at.size].id.first,
+                           trace.pools[at.size].id.second);
+      }
+      return fmt::format("event {} ({})", *event, to_string(at.kind));
     case TraceEventKind::iteration:
       break;
   }
   return fmt::format("event {}", *event);
+}
+
+// A pool event as PyTorch makes it: a capture's begin accepts the one stream it captures on.
+Result<void> replay_pool_event(DeviceAllocator& allocator, const Trace& trace, const TraceEvent& event) {
+  const TracePool& pool = trace.pools[event.size];
+  switch (event.kind) {
+    case TraceEventKind::begin_pool: {
+      const StreamId captured = trace.streams[event.stream];
+      return allocator.begin_allocate_to_pool(pool.id, [captured](StreamId stream) { return stream == captured; },
+                                              pool.kind);
+    }
+    case TraceEventKind::end_pool: return allocator.end_allocate_to_pool(pool.id);
+    default: return allocator.release_pool(pool.id);
+  }
 }
 
 // The driver's time so far: modelled on the sim driver, measured on the others.
@@ -208,6 +232,21 @@ Result<void> run(const Trace& trace, Rig& rig, ReplayResult& result, Observe&& o
           live -= event.size;
           break;
         case TraceEventKind::iteration:
+          break;
+        case TraceEventKind::record_stream:
+          if (auto recorded = allocator.record_stream(addresses[event.block], trace.streams[event.stream]); !recorded) {
+            return failed(recorded.error());
+          }
+          break;
+        case TraceEventKind::begin_pool:
+        case TraceEventKind::end_pool:
+        case TraceEventKind::release_pool:
+          if (auto done = replay_pool_event(allocator, trace, event); !done) {
+            // An allocator without private pools serves the pool's allocations from its shared cache; the
+            // replay goes on and says so.
+            if (done.error().code != Errc::unsupported) return failed(done.error());
+            result.pool_unsupported = true;
+          }
           break;
         case TraceEventKind::pause:
         case TraceEventKind::resume: {

@@ -74,6 +74,8 @@ Json to_json(const ReplayResult& result) {
   json["calls_per_iteration"] = replayed ? Json(result.calls_per_iteration) : Json(nullptr);
   json["failure"] = result.failure.empty() ? Json(nullptr) : Json(result.failure);
   if (replayed && result.pauses + result.resumes > 0) json["pause"] = pause_figures(result);
+  // Only where it happened, so that the reports of traces without pools read as they did.
+  if (result.pool_unsupported) json["pool_unsupported"] = true;
   return json;
 }
 

@@ -75,6 +75,13 @@ std::string format_table(std::span<const ReplayResult> results) {
                          recorded_line_name);
     }
     out += pause_rows(group);
+    for (const ReplayResult* result : group.results) {
+      if (result->pool_unsupported) {
+        out += fmt::format("  ({}: no private pools: the pools' allocations shared its cache, which the recorded job's "
+                           "could not)\n",
+                           result->allocator);
+      }
+    }
   }
   return out;
 }

@@ -4,13 +4,19 @@
 //   name <text>  device <text>  s <stream>  tag <name>  p <id> <size> [stream]     declarations, before any event
 //   a <id> <size> [stream [time_us]] [tag=<name>]   f <id> [time_us]   i <n> [time_us]
 //   pause <tag> backup|discard [time_us]   resume <tag> [time_us]
+//   pool <first> <second> graph|plain                                          a declaration, as tag
+//   record_stream <id> <stream> [time_us]
+//   begin_pool <first> <second> <stream> [time_us]   end_pool <first> <second> [time_us]
+//   release_pool <first> <second> [time_us]
 //   end
 //
 // One record a line, '#' lines are comments. The closing "end" is required so that a file cut at a line
 // boundary is an error rather than a shorter trace.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <limits>
 #include <unordered_map>
 
 #include "tessera/trace.hpp"
@@ -59,6 +65,12 @@ std::string format_text_trace(const Trace& trace) {
     return tag < trace.tags.size() ? std::string_view(trace.tags[tag]) : default_tag_name;
   };
   for (std::size_t t = 1; t < trace.tags.size(); ++t) fmt::format_to(it, "tag {}\n", trace.tags[t]);
+  for (const TracePool& pool : trace.pools) {
+    fmt::format_to(it, "pool {} {} {}\n", pool.id.first, pool.id.second, pool.kind == PoolKind::graph ? "graph" : "plain");
+  }
+  auto pool_id = [&trace](std::uint64_t pool) {
+    return pool < trace.pools.size() ? trace.pools[pool].id : PoolId{};
+  };
   for (const InitialBlock& block : trace.initial_blocks) {
     fmt::format_to(it, "p {} {} {}\n", block.id, block.size, stream_value(block.stream));
   }
@@ -102,6 +114,21 @@ std::string format_text_trace(const Trace& trace) {
         if (timed) fmt::format_to(it, " {}", event.time_us);
         fmt::format_to(it, "\n");
         break;
+      case TraceEventKind::record_stream:
+        fmt::format_to(it, "record_stream {} {}", event.block, stream_value(event.stream));
+        if (timed) fmt::format_to(it, " {}", event.time_us);
+        fmt::format_to(it, "\n");
+        break;
+      case TraceEventKind::begin_pool:
+      case TraceEventKind::end_pool:
+      case TraceEventKind::release_pool: {
+        const PoolId id = pool_id(event.size);
+        fmt::format_to(it, "{} {} {}", to_string(event.kind), id.first, id.second);
+        if (event.kind == TraceEventKind::begin_pool) fmt::format_to(it, " {}", stream_value(event.stream));
+        if (timed) fmt::format_to(it, " {}", event.time_us);
+        fmt::format_to(it, "\n");
+        break;
+      }
     }
   }
   fmt::format_to(it, "end\n");
@@ -130,6 +157,8 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
   std::vector<std::string> tags{std::string(default_tag_name)};
   std::unordered_map<std::string, TraceTag> tag_index{{std::string(default_tag_name), trace_default_tag}};
   std::vector<bool> paused{false};
+  std::vector<TracePool> pools;
+  PoolOrder pool_order;
   bool header = false;
   bool ended = false;
   LineScanner lines(text);
@@ -157,7 +186,8 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
     std::array<std::string_view, 6> fields;
     std::size_t count = split_fields(line, fields.data(), fields.size());
     const std::string_view kind = fields[0];
-    const bool declaration = kind == "name" || kind == "device" || kind == "s" || kind == "p" || kind == "tag";
+    const bool declaration =
+        kind == "name" || kind == "device" || kind == "s" || kind == "p" || kind == "tag" || kind == "pool";
     if (declaration && builder.event_count() > 0) return fail(fmt::format("'{}' after the first event", kind));
     if (kind == "name" || kind == "device") {
       // As the writer writes it: a line break inside becomes a space, and an empty name is no name (the
@@ -214,6 +244,21 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
       return {};
     };
 
+    // A pool named by its two numbers, declared before the first event.
+    auto known_pool = [&](std::size_t index, std::uint32_t& found_pool) -> std::optional<Error> {
+      PoolId wanted;
+      if (auto error = unsigned_field(index, "pool id", wanted.first)) return error;
+      if (auto error = unsigned_field(index + 1, "pool id", wanted.second)) return error;
+      const auto found =
+          std::find_if(pools.begin(), pools.end(), [&](const TracePool& pool) { return pool.id == wanted; });
+      if (found == pools.end()) {
+        return fail(fmt::format("unknown pool ({}, {}) (declare it with 'pool {} {} graph|plain' before the first event)",
+                                wanted.first, wanted.second, wanted.first, wanted.second));
+      }
+      found_pool = static_cast<std::uint32_t>(found - pools.begin());
+      return {};
+    };
+
     std::uint64_t id = 0;
     std::uint64_t size = 0;
     std::uint32_t stream = 0;
@@ -251,6 +296,43 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
         builder.pause(tag, backup, time);
       } else {
         builder.resume(tag, time);
+      }
+    } else if (kind == "pool") {
+      if (auto error = expect(3, 0)) return std::move(*error);
+      TracePool declared;
+      if (auto error = unsigned_field(1, "pool id", declared.id.first)) return std::move(*error);
+      if (auto error = unsigned_field(2, "pool id", declared.id.second)) return std::move(*error);
+      if (fields[3] != "graph" && fields[3] != "plain") {
+        return fail(fmt::format("'pool' takes 'graph' or 'plain', not '{}'", fields[3]));
+      }
+      declared.kind = fields[3] == "graph" ? PoolKind::graph : PoolKind::plain;
+      if (declared.id == PoolId{}) return fail("pool (0, 0) names no pool");
+      if (std::any_of(pools.begin(), pools.end(), [&](const TracePool& pool) { return pool.id == declared.id; })) {
+        return fail(fmt::format("pool ({}, {}) is declared twice", declared.id.first, declared.id.second));
+      }
+      if (pools.size() >= std::numeric_limits<std::uint32_t>::max()) return fail("too many pools");
+      pools.push_back(declared);
+    } else if (kind == "begin_pool" || kind == "end_pool" || kind == "release_pool") {
+      const bool begin = kind == "begin_pool";
+      if (auto error = expect(begin ? 3 : 2, 1)) return std::move(*error);
+      std::uint32_t pool = 0;
+      if (auto error = known_pool(1, pool)) return std::move(*error);
+      if (begin) {
+        if (auto error = stream_field(3, stream)) return std::move(*error);
+      }
+      if (auto error = time_field(begin ? 4 : 3, time)) return std::move(*error);
+      const TraceEvent event = begin                  ? TraceEvent::begin_pool(pool, stream, time)
+                               : kind == "end_pool" ? TraceEvent::end_pool(pool, time)
+                                                    : TraceEvent::release_pool(pool, time);
+      if (auto wrong = pool_order.apply(event.kind, pool, pools)) return fail(fmt::format("'{}' {}", kind, *wrong));
+      builder.pool_event(event);
+    } else if (kind == "record_stream") {
+      if (auto error = expect(2, 1)) return std::move(*error);
+      if (auto error = unsigned_field(1, "id", id)) return std::move(*error);
+      if (auto error = stream_field(2, stream)) return std::move(*error);
+      if (auto error = time_field(3, time)) return std::move(*error);
+      if (builder.record_stream(id, stream, time) != TraceBuilder::Status::ok) {
+        return fail(fmt::format("record_stream on block {}, which is not live", id));
       }
     } else if (kind == "s") {
       if (auto error = expect(1, 0)) return std::move(*error);
@@ -298,7 +380,9 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
       builder.iteration(size, time);
     } else {
       return fail(
-          fmt::format("unknown record '{}' (expected a, f, i, p, s, pause, resume, tag, name, device or end)", kind));
+          fmt::format("unknown record '{}' (expected a, f, i, p, s, pause, resume, tag, pool, record_stream, begin_pool, "
+                      "end_pool, release_pool, name, device or end)",
+                      kind));
     }
   }
   if (!header) {
@@ -311,6 +395,7 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
   }
   Trace trace = builder.finish(named ? name : trace_name_from_source(source), device);
   trace.tags = std::move(tags);
+  trace.pools = std::move(pools);
   return trace;
 }
 

@@ -59,6 +59,15 @@ void TraceBuilder::pause(TraceTag tag, bool backup, std::int64_t time_us) {
 
 void TraceBuilder::resume(TraceTag tag, std::int64_t time_us) { events_.push_back(TraceEvent::resume(tag, time_us)); }
 
+TraceBuilder::Status TraceBuilder::record_stream(std::uint64_t key, std::uint32_t stream, std::int64_t time_us) {
+  const auto it = live_.find(key);
+  if (it == live_.end()) return Status::not_live;
+  events_.push_back(TraceEvent::record_stream(it->second, stream, time_us));
+  return Status::ok;
+}
+
+void TraceBuilder::pool_event(const TraceEvent& event) { events_.push_back(event); }
+
 void TraceBuilder::stack_of_last_event(std::uint32_t stack) {
   if (events_.empty()) return;
   event_stacks_.resize(events_.size(), 0);
@@ -88,7 +97,10 @@ Trace TraceBuilder::finish(std::string name, std::string device) {
     if (id == unassigned) id = next++;
   }
   for (TraceEvent& event : events_) {
-    if (event.kind == TraceEventKind::alloc || event.kind == TraceEventKind::free) event.block = final_id[event.block];
+    if (event.kind == TraceEventKind::alloc || event.kind == TraceEventKind::free ||
+        event.kind == TraceEventKind::record_stream) {
+      event.block = final_id[event.block];
+    }
   }
   trace.name = std::move(name);
   trace.device = std::move(device);

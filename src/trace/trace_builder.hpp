@@ -42,6 +42,10 @@ class TraceBuilder {
   // The caller keeps the tag table and checks the pairing (trace_model.hpp's validate() rules).
   void pause(TraceTag tag, bool backup, std::int64_t time_us);
   void resume(TraceTag tag, std::int64_t time_us);
+  // The live block of `key` is used on `stream` too (not_live when none is live).
+  Status record_stream(std::uint64_t key, std::uint32_t stream, std::int64_t time_us);
+  // A begin_pool, end_pool or release_pool event; the caller keeps the pool table and checks the order.
+  void pool_event(const TraceEvent& event);
 
   // The stack of the event just added, or of the initial block just declared: an index into the table the
   // reader keeps and hands to the trace (Trace::stacks). Only readers of recordings with stacks call these.

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "tessera/trace_model.hpp"
 
@@ -15,6 +17,10 @@ std::string_view to_string(TraceEventKind kind) noexcept {
     case TraceEventKind::iteration: return "iteration";
     case TraceEventKind::pause: return "pause";
     case TraceEventKind::resume: return "resume";
+    case TraceEventKind::record_stream: return "record_stream";
+    case TraceEventKind::begin_pool: return "begin_pool";
+    case TraceEventKind::end_pool: return "end_pool";
+    case TraceEventKind::release_pool: return "release_pool";
   }
   return "unknown";
 }
@@ -102,6 +108,13 @@ TraceSummary summarize(const Trace& trace) {
           summary.peak_resident_event = i;
         }
         break;
+      case TraceEventKind::record_stream:
+        ++summary.record_streams;
+        use_stream(event.stream);
+        break;
+      case TraceEventKind::begin_pool: ++summary.pool_begins; break;
+      case TraceEventKind::end_pool:
+      case TraceEventKind::release_pool: break;
     }
     if (event.time_us != no_time) {
       if (summary.first_time_us == no_time) summary.first_time_us = event.time_us;
@@ -142,7 +155,50 @@ Result<void> validate_stacks(const Trace& trace) {
   return {};
 }
 
+// The pool table names each id once and never (0, 0), which names no pool.
+Result<void> validate_pool_table(const Trace& trace) {
+  for (std::size_t p = 0; p < trace.pools.size(); ++p) {
+    const PoolId id = trace.pools[p].id;
+    if (id == PoolId{}) return make_error(Errc::invalid_argument, fmt::format("pool {} is (0, 0), which names no pool", p));
+    for (std::size_t q = 0; q < p; ++q) {
+      if (trace.pools[q].id == id) {
+        return make_error(Errc::invalid_argument,
+                          fmt::format("pool ({}, {}) is in the pool table twice ({} and {})", id.first, id.second, q, p));
+      }
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+std::optional<std::string> PoolOrder::apply(TraceEventKind kind, std::uint64_t pool,
+                                            const std::vector<TracePool>& table) {
+  if (pool >= table.size()) return fmt::format("names pool {}, beyond the {} pools", pool, table.size());
+  if (uses_.size() < table.size()) {
+    uses_.resize(table.size(), 0);
+    active_.resize(table.size(), 0);
+  }
+  const PoolId id = table[pool].id;
+  switch (kind) {
+    case TraceEventKind::begin_pool:
+      ++uses_[pool];
+      ++active_[pool];
+      return {};
+    case TraceEventKind::end_pool:
+      if (active_[pool] == 0) return fmt::format("ends pool ({}, {}), which is not being allocated to", id.first, id.second);
+      --active_[pool];
+      return {};
+    case TraceEventKind::release_pool:
+      if (uses_[pool] == 0) return fmt::format("releases pool ({}, {}), which has no use left", id.first, id.second);
+      if (uses_[pool] == 1 && active_[pool] > 0) {
+        return fmt::format("releases pool ({}, {}), which is still being allocated to", id.first, id.second);
+      }
+      --uses_[pool];
+      return {};
+    default: return fmt::format("{} is not a pool event", to_string(kind));
+  }
+}
 
 Result<void> validate(const Trace& trace) {
   enum class State : std::uint8_t { unused, live, freed };
@@ -165,6 +221,8 @@ Result<void> validate(const Trace& trace) {
     }
   }
   if (auto stacks = validate_stacks(trace); !stacks) return fail(stacks.error().message);
+  if (auto pools = validate_pool_table(trace); !pools) return fail(pools.error().message);
+  PoolOrder pools;
   std::vector<bool> paused(trace.tags.size(), false);
   for (std::size_t i = 0; i < trace.initial_blocks.size(); ++i) {
     const InitialBlock& block = trace.initial_blocks[i];
@@ -186,6 +244,14 @@ Result<void> validate(const Trace& trace) {
     const TraceEvent& event = trace.events[i];
     if (event.kind == TraceEventKind::iteration) continue;
     const std::string_view kind = to_string(event.kind);
+    if (event.is_pool_event()) {
+      if (event.kind == TraceEventKind::begin_pool && event.stream >= trace.streams.size()) {
+        return fail(fmt::format("event {} (begin_pool) uses stream {}, beyond the {} streams", i, event.stream,
+                                trace.streams.size()));
+      }
+      if (auto wrong = pools.apply(event.kind, event.size, trace.pools)) return fail(fmt::format("event {} ({}) {}", i, kind, *wrong));
+      continue;
+    }
     if ((event.kind == TraceEventKind::alloc || event.kind == TraceEventKind::pause ||
          event.kind == TraceEventKind::resume) &&
         event.tag >= trace.tags.size()) {
@@ -214,6 +280,13 @@ Result<void> validate(const Trace& trace) {
                               trace.streams.size()));
     }
     State& block = state[event.block];
+    if (event.kind == TraceEventKind::record_stream) {
+      if (block != State::live) {
+        return fail(fmt::format("event {} records stream {} on block {}, which is not live", i, event.stream,
+                                event.block));
+      }
+      continue;
+    }
     if (event.kind == TraceEventKind::alloc) {
       if (block == State::live) return fail(fmt::format("event {} allocates block {}, which is live", i, event.block));
       if (block == State::freed) {

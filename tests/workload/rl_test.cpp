@@ -36,7 +36,7 @@ std::vector<Moment> moments_before_pauses(const Trace& trace) {
       case TraceEventKind::free: live[tag[event.block]] -= event.size; break;
       case TraceEventKind::pause:
       case TraceEventKind::resume: moments.push_back({i, live}); break;
-      case TraceEventKind::iteration: break;
+      default: break;
     }
   }
   return moments;

@@ -45,6 +45,10 @@ void print_info(const std::string& path, const ProfileRecording& recording) {
                      : fmt::format("after event {}", summary.peak_resident_event),
                  trace.tags.size(), summary.pauses, summary.resumes);
     }
+    if (summary.pool_begins > 0 || summary.record_streams > 0) {
+      fmt::print("private pools   {} ({} begins), {} record_stream events\n", trace.pools.size(), summary.pool_begins,
+                 summary.record_streams);
+    }
   }
   // The profiled allocator's own figures, where the file carries them: the real line beside the replays.
   const RecordedTotals& recorded = recording.recorded;
