@@ -122,6 +122,42 @@ TEST_P(SharingConformance, ExportingAChunkThisDriverDoesNotHoldIsNotFound) {
   EXPECT_EQ(missing.error().code, Errc::not_found);
 }
 
+#ifdef TESSERA_FAKE_CUDA_NO_CAPTURE_LIBRARY
+// A libcuda without cuMemExportToShareableHandle and cuMemImportFromShareableHandle: sharing asked for, the
+// driver still serves memory and refuses exports, saying which capability it lacks.
+TEST(CudaSharing, ALibraryWithoutTheShareableHandleCallsServesMemoryButSharesNothing) {
+  auto driver = TESSERA_OK(make_cuda_driver(
+      {.device = 0, .library = TESSERA_FAKE_CUDA_NO_CAPTURE_LIBRARY, .shareable_chunks = true}));
+  EXPECT_FALSE(driver->capabilities().shareable_chunks);
+  const ChunkId chunk = TESSERA_OK(driver->create_chunk(driver->granularity()));
+  auto exported = driver->export_chunk(chunk);
+  ASSERT_FALSE(exported.ok());
+  EXPECT_EQ(exported.error().code, Errc::unsupported);
+  TESSERA_OK(driver->release_chunk(chunk));
+}
+#endif
+
+#ifdef TESSERA_FAKE_CUDA_LIBRARY
+// Sharing is asked for (chunks then request a POSIX file descriptor handle, which CUDA needs to export them);
+// a driver not asked refuses exports before calling CUDA.
+TEST(CudaSharing, OnlyADriverAskedForSharingExportsItsChunks) {
+  auto plain = TESSERA_OK(make_cuda_driver({.device = 0, .library = TESSERA_FAKE_CUDA_LIBRARY}));
+  EXPECT_FALSE(plain->capabilities().shareable_chunks);
+  const ChunkId plain_chunk = TESSERA_OK(plain->create_chunk(plain->granularity()));
+  auto refused = plain->export_chunk(plain_chunk);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::unsupported);
+  TESSERA_OK(plain->release_chunk(plain_chunk));
+  auto driver = TESSERA_OK(make_cuda_driver({.device = 0, .library = TESSERA_FAKE_CUDA_LIBRARY, .shareable_chunks = true}));
+  ASSERT_TRUE(driver->capabilities().shareable_chunks);
+  const ChunkId chunk = TESSERA_OK(driver->create_chunk(driver->granularity()));
+  const ExportedChunk exported = TESSERA_OK(driver->export_chunk(chunk));
+  EXPECT_GE(exported.descriptor, 0);
+  close(exported.descriptor);
+  TESSERA_OK(driver->release_chunk(chunk));
+}
+#endif
+
 INSTANTIATE_TEST_SUITE_P(Drivers, SharingConformance, ::testing::ValuesIn(available_drivers()),
                          [](const ::testing::TestParamInfo<DriverFactory>& param) { return param.param.name; });
 
