@@ -541,8 +541,8 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
     int remap_errno = 0;
     for (const auto& [address, mapping] : mappings()) {
       const detail::PageRecord* page = find_page(mapping.page);
-      // Never reached with chunk files: a driver that has them does not survive fork (the C ABI refuses the
-      // child); they stay shared with the parent here.
+      // A chunk that is a file of its own stays shared with the parent: a driver that has them does not
+      // survive fork (capability survives_fork off), and the C ABI refuses the child's calls.
       if ((page->handle & chunk_file_bit) != 0) continue;
       const int flags = copied ? MAP_SHARED | MAP_FIXED : MAP_PRIVATE | MAP_FIXED;
       const int from = copied ? child_memfd_ : memfd_;
