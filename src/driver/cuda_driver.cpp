@@ -95,6 +95,7 @@ inline constexpr int mem_access_flags_prot_readwrite = 3;  // CU_MEM_ACCESS_FLAG
 inline constexpr int mem_alloc_granularity_minimum = 0;    // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 inline constexpr unsigned event_disable_timing = 0x2;     // CU_EVENT_DISABLE_TIMING
 inline constexpr int device_attribute_virtual_memory_management_supported = 102;
+inline constexpr int device_attribute_handle_type_posix_file_descriptor_supported = 103;
 inline constexpr int stream_capture_status_none = 0;  // CU_STREAM_CAPTURE_STATUS_NONE (1 ACTIVE, 2 INVALIDATED)
 
 // The function types, written once over a set of types so that the same declarations can be checked
@@ -249,6 +250,8 @@ static_assert(CU_MEM_ALLOC_GRANULARITY_MINIMUM == cu::mem_alloc_granularity_mini
 static_assert(CU_EVENT_DISABLE_TIMING == cu::event_disable_timing);
 static_assert(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ==
               cu::device_attribute_virtual_memory_management_supported);
+static_assert(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED ==
+              cu::device_attribute_handle_type_posix_file_descriptor_supported);
 static_assert(CU_STREAM_CAPTURE_STATUS_NONE == cu::stream_capture_status_none);
 
 // The header maps each public name (a macro for versioned calls) to the symbol dlsym is asked for, and the
@@ -828,10 +831,16 @@ Result<std::unique_ptr<Driver>> make_cuda_driver(const CudaDriverOptions& option
     }
   }
 
-  // Sharing needs both calls; asked for without them, the driver still serves memory and says why it cannot
-  // share when an export is tried (capability off).
-  const bool shareable = options.shareable_chunks && api->mem_export_to_shareable_handle != nullptr &&
-                         api->mem_import_from_shareable_handle != nullptr;
+  // Sharing needs both calls and a device that offers POSIX file descriptor handles (cuMemCreate refuses a
+  // handle type the device lacks); asked for without them, the driver still serves memory and refuses
+  // exports (capability off).
+  int descriptor_handles = 0;
+  const bool shareable =
+      options.shareable_chunks && api->mem_export_to_shareable_handle != nullptr &&
+      api->mem_import_from_shareable_handle != nullptr &&
+      api->device_get_attribute(&descriptor_handles, cu::device_attribute_handle_type_posix_file_descriptor_supported,
+                                device) == cu::success &&
+      descriptor_handles != 0;
   std::size_t granularity = 0;
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;

@@ -244,6 +244,9 @@ int cuDeviceGetAttribute(int* value, int attribute, int device) {
   if (int r = ready(); r != ok) return r;
   if (device < 0 || device >= state.device_count) return invalid_device;
   *value = attribute == 102 ? state.vmm_supported : 0;  // 102: VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+#ifndef FAKE_CUDA_NO_SHARING
+  if (attribute == 103) *value = 1;  // 103: HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+#endif
   return ok;
 }
 
