@@ -97,6 +97,9 @@ TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
       {DriverCall::free_host, [&] { return driver->free_host(buffer).ok(); }},
       {DriverCall::copy_to_host, [&] { return driver->copy_to_host(buffer, base, 4096).ok(); }},
       {DriverCall::copy_to_device, [&] { return driver->copy_to_device(base, buffer, 4096).ok(); }},
+      // Refused by a driver without shareable_chunks; injected before it is reached all the same.
+      {DriverCall::export_chunk, [&] { return driver->export_chunk(page).ok(); }},
+      {DriverCall::import_chunk, [&] { return driver->import_chunk(0, 0, 2 * MiB).ok(); }},
   };
   ASSERT_EQ(calls.size(), driver_call_count);
   const DriverCensus before = driver->census();
