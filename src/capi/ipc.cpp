@@ -20,7 +20,10 @@ namespace {
 Address address_of(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
 
 int fail(std::string_view function, const Error& error) {
-  set_last_error(error.code, fmt::format("{}: {}", function, error.message));
+  // The one setting a caller of the C ABI controls: say it where the driver cannot share.
+  const std::string_view hint =
+      error.code == Errc::unsupported ? " (set TESSERA_SHAREABLE=1 before the device's allocator is made)" : "";
+  set_last_error(error.code, fmt::format("{}: {}{}", function, error.message, hint));
   return -1;
 }
 
