@@ -12,7 +12,8 @@
  * capacity, e.g. "8GiB"; default 1 GiB for host, 80 GiB for sim; a whole number of 2 MiB granules, at most
  * 16 TiB with virtual_factor 2, 32 TiB / virtual_factor in general, so that the address space the allocator
  * reserves fits: docs/pytorch.md), TESSERA_CUDA_LIBRARY and
- * TESSERA_ASCEND_LIBRARY (the platform library to load instead of libcuda.so.1 and libascendcl.so).
+ * TESSERA_ASCEND_LIBRARY (the platform library to load instead of libcuda.so.1 and libascendcl.so),
+ * TESSERA_SHAREABLE=1 (host and cuda drivers: memory another process can import; "Sharing a live block").
  *
  * Errors ("Errors" below says more): every function records on the calling thread whether it failed, void
  * ones included. A failure also returns NULL (the allocation functions and those that return a string) or -1
