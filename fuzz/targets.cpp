@@ -2,6 +2,9 @@
 // test.
 #include "targets.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include "tessera/snapshot.hpp"
 #include "tessera/trace.hpp"
 #include "support/stream_witness.hpp"
+#include "core/export_handle.hpp"
 
 namespace tessera::fuzz {
 
@@ -1160,8 +1164,55 @@ std::string encode_allocator_ops(const Trace& trace, std::uint8_t variant, std::
   return out;
 }
 
+int run_export_handle(const std::uint8_t* data, std::size_t size) {
+  constexpr std::string_view target = "export_handle";
+  if (size == 0) return 0;
+  // Eight memfds of 4 MiB stand for the chunks' descriptors; an importer over a host driver that shares.
+  static const std::vector<int> memfds = [] {
+    std::vector<int> made;
+    for (int i = 0; i < 8; ++i) {
+      const int memfd = memfd_create("fuzz-export-handle", MFD_CLOEXEC);
+      if (memfd < 0 || ftruncate(memfd, static_cast<off_t>(4 * MiB)) != 0) throw Failure("export_handle: no memfd");
+      made.push_back(memfd);
+    }
+    return made;
+  }();
+  static std::unique_ptr<Driver> driver = [] {
+    auto made = make_host_driver({.capacity = 64 * MiB, .granularity = 2 * MiB, .shareable_chunks = true});
+    if (!made) throw Failure("export_handle: no host driver: " + made.error().message);
+    return std::move(made).value();
+  }();
+  const std::size_t descriptors = data[0] % (memfds.size() + 1);
+  const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data + 1), size - 1);
+  Result<ExportedBlock> block = core::decode_export(bytes, std::span(memfds.data(), descriptors));
+  if (!block) {
+    if (block.error().code != Errc::invalid_argument) fail(target, "a decoding error that is not invalid_argument");
+    if (!block.error().message.starts_with("tessera: an export handle")) {
+      fail(target, fmt::format("the error does not name the handle: {}", block.error().message));
+    }
+    return 0;
+  }
+  const std::vector<std::byte> again = core::encode_export(*block);
+  if (!std::equal(again.begin(), again.end(), bytes.begin(), bytes.end())) fail(target, "the handle encodes back differently");
+  if (block->pieces.size() > 64) return 0;  // mapping a million pieces proves nothing more
+  auto allocator = make_tessera_allocator(*driver);
+  if (!allocator) fail(target, "no allocator: " + allocator.error().message);
+  Result<Address> imported = (*allocator)->import_block(*block);
+  if (!imported) {
+    if (imported.error().code != Errc::invalid_argument && imported.error().code != Errc::out_of_memory) {
+      fail(target, fmt::format("an import refused with {}: {}", describe(imported.error()), imported.error().message));
+    }
+    if (driver->census() != DriverCensus{}) fail(target, "a refused import kept something in the driver");
+    return 0;
+  }
+  if (auto closed = (*allocator)->close_import(*imported); !closed) fail(target, "close_import: " + closed.error().message);
+  allocator->reset();
+  if (driver->census() != DriverCensus{}) fail(target, "an import closed left something in the driver");
+  return 0;
+}
+
 std::span<const Target> targets() {
-  static constexpr std::array<Target, 9> all = {{
+  static constexpr std::array<Target, 10> all = {{
       {"pytorch_snapshot", run_pytorch_snapshot},
       {"kineto_json", run_kineto_json},
       {"operator_memory_csv", run_operator_memory_csv},
@@ -1171,6 +1222,7 @@ std::span<const Target> targets() {
       {"text_trace", run_text_trace},
       {"allocator_config", run_allocator_config},
       {"allocator_ops", run_allocator_ops},
+      {"export_handle", run_export_handle},
   }};
   return all;
 }

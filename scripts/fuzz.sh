@@ -25,7 +25,7 @@ tessera_install_packages
 build="$TESSERA_ROOT/build-fuzz"
 seconds="${1:-20}"
 shift || true
-all_targets=(pytorch_snapshot kineto_json operator_memory_csv memory_record_csv lifetimes_csv stalloc_trace text_trace allocator_config allocator_ops)
+all_targets=(pytorch_snapshot kineto_json operator_memory_csv memory_record_csv lifetimes_csv stalloc_trace text_trace allocator_config allocator_ops export_handle)
 targets=("$@")
 ((${#targets[@]} > 0)) || targets=("${all_targets[@]}")
 jobs="${FUZZ_JOBS:-1}"
@@ -35,7 +35,8 @@ jobs="${FUZZ_JOBS:-1}"
 seed_limit=16384
 declare -A max_len=([pytorch_snapshot]=$seed_limit [kineto_json]=$seed_limit [operator_memory_csv]=$seed_limit
                     [memory_record_csv]=$seed_limit [lifetimes_csv]=$seed_limit [stalloc_trace]=$seed_limit
-                    [text_trace]=$seed_limit [allocator_config]=512 [allocator_ops]=2048)
+                    [text_trace]=$seed_limit [allocator_config]=512 [allocator_ops]=2048
+                    [export_handle]=1024)
 for target in "${targets[@]}"; do
   [[ -n "${max_len[$target]:-}" ]] || { echo "fuzz.sh: unknown target '$target' (${all_targets[*]})" >&2; exit 2; }
 done

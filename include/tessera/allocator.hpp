@@ -150,6 +150,22 @@ struct TesseraStats {
   std::array<PoolStats, 2> pools{};
 };
 
+// A live block exported for another process on the same machine (TesseraAllocator::export_block): the chunks
+// under it, each a descriptor the caller owns (sends, then closes), and the pieces of them that tile the
+// block's granules in address order. docs/allocator.md, "Sharing a block with another process".
+struct ExportedPiece {
+  std::uint32_t chunk = 0;  // an index into ExportedBlock::chunks
+  Bytes chunk_offset = 0;   // where the piece starts in its chunk: a granule multiple
+  Bytes size = 0;           // a granule multiple
+};
+
+struct ExportedBlock {
+  std::vector<ExportedChunk> chunks;
+  std::vector<ExportedPiece> pieces;
+  Bytes size = 0;     // the block's bytes, as requested
+  Bytes granule = 0;  // the exporter's; an importer of another granule refuses the block
+};
+
 class TesseraAllocator : public DeviceAllocator {
  public:
   virtual TesseraStats tessera_stats() const = 0;
@@ -203,6 +219,29 @@ class TesseraAllocator : public DeviceAllocator {
   // once memory is free. Resuming a tag that is not paused does nothing.
   // The tags this allocator has allocated under, in the order first used.
   virtual std::vector<std::string> tags() const = 0;
+
+  // Sharing a live block with another process (docs/allocator.md, "Sharing a block with another process"; the
+  // driver needs the capability shareable_chunks).
+  //
+  // export_block: the chunks under a live block, exported, and the pieces that tile it. The block must lie on
+  // whole granules (its address and size granule multiples, its pages its own): a block that shares a granule
+  // or a page with another is refused, naming it. From now on the block is exported: pausing its tag is
+  // refused, and at its free its pages are unmapped and retired — never reused for another block — and their
+  // chunks go back to the device once nothing else of them is mapped. On a failure nothing changed (the
+  // descriptors made so far are closed).
+  virtual Result<ExportedBlock> export_block(Address address) = 0;
+  // import_block: maps a block another process exported at a range of this allocator's own, with access:
+  // the address of its first byte. The descriptors stay the caller's. A block that does not add up (no piece,
+  // a piece off the granule or past its chunk, a granule not this allocator's, a size larger than the pieces)
+  // is Errc::invalid_argument naming what is wrong; on any failure nothing is kept.
+  virtual Result<Address> import_block(const ExportedBlock& block) = 0;
+  // close_import: proves the device done (a device-wide synchronize), unmaps, releases the imported chunks
+  // and the range. An address that is no imported block is Errc::not_found. A failure leaves the rest to a
+  // second close.
+  virtual Result<void> close_import(Address address) = 0;
+  // Live blocks exported, and blocks imported and not closed.
+  virtual std::size_t exported_blocks() const = 0;
+  virtual std::size_t imported_blocks() const = 0;
 };
 
 // The allocator does not own the driver; one allocator per device. Thread-safe.

@@ -44,9 +44,11 @@ enum class DriverCall : std::uint8_t {
   free_host,
   copy_to_host,
   copy_to_device,
+  export_chunk,  // a chunk shared with another process, and one imported from another (IPC)
+  import_chunk,
 };
 
-inline constexpr std::size_t driver_call_count = static_cast<std::size_t>(DriverCall::copy_to_device) + 1;
+inline constexpr std::size_t driver_call_count = static_cast<std::size_t>(DriverCall::import_chunk) + 1;
 
 // The call's name in messages and reports; the chunk calls keep their report names create_page and
 // release_page (src/driver/names.cpp says why).
@@ -74,6 +76,17 @@ struct DriverCapabilities {
   bool partial_map = false;         // map_part(): a granule-aligned part of a page on its own (CUDA, host, sim)
   bool survives_fork = false;       // a child of fork() may go on using it (host: it copies its memory; sim)
   bool host_backup = false;  // allocate_host / copy_to_host / copy_to_device (host, sim, CUDA, Ascend)
+  // export_chunk / import_chunk: a chunk shared with another process through a file descriptor (host with
+  // HostDriverOptions::shareable_chunks, CUDA with CudaDriverOptions::shareable_chunks and the calls in libcuda)
+  bool shareable_chunks = false;
+};
+
+// A chunk exported for another process: a file descriptor the caller now owns (and closes) that names the
+// chunk's memory, and where the chunk lies in what it names. The importer passes all three to import_chunk.
+struct ExportedChunk {
+  int descriptor = -1;
+  Bytes offset = 0;  // into the descriptor's file (host: 0, a chunk is a memfd of its own; CUDA: 0)
+  Bytes size = 0;    // the chunk's bytes
 };
 
 // A host buffer for backups: page-locked ("pinned") where the platform has it, so copies run at full speed.
@@ -160,6 +173,17 @@ class Driver {
   virtual Result<void> free_host(HostBuffer buffer) = 0;
   virtual Result<void> copy_to_host(HostBuffer destination, Address source, Bytes size) = 0;
   virtual Result<void> copy_to_device(Address destination, HostBuffer source, Bytes size) = 0;
+
+  // Sharing between processes (capability shareable_chunks; else Errc::unsupported). export_chunk answers a
+  // new descriptor for a chunk this driver holds; the chunk stays this driver's, and releasing it later does
+  // not take the memory from a process that imported it (the platform keeps the memory while any process
+  // holds it). import_chunk makes a chunk of this driver over memory another process exported: it is mapped,
+  // accessed and released as any chunk, its bytes are not counted against capacity() (they are the
+  // exporter's), and the caller keeps (and closes) `descriptor`. A descriptor that names no importable memory,
+  // or a size that is not a positive granule multiple or passes the end of what the descriptor names, is an
+  // Errc::invalid_argument error that says which.
+  virtual Result<ExportedChunk> export_chunk(ChunkId chunk) = 0;
+  virtual Result<ChunkId> import_chunk(int descriptor, Bytes offset, Bytes size) = 0;
 
   // Present on drivers whose streams are simulated (host, sim); null otherwise.
   virtual StreamControl* stream_control() noexcept { return nullptr; }

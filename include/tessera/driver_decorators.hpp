@@ -45,6 +45,8 @@ class ForwardingDriver : public Driver {
   Result<void> free_host(HostBuffer buffer) override;
   Result<void> copy_to_host(HostBuffer destination, Address source, Bytes size) override;
   Result<void> copy_to_device(Address destination, HostBuffer source, Bytes size) override;
+  Result<ExportedChunk> export_chunk(ChunkId chunk) override;
+  Result<ChunkId> import_chunk(int descriptor, Bytes offset, Bytes size) override;
   StreamControl* stream_control() noexcept override { return inner_->stream_control(); }
   Result<bool> stream_is_capturing(StreamId stream) override { return inner_->stream_is_capturing(stream); }
 

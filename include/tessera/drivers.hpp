@@ -25,6 +25,11 @@ struct HostDriverOptions {
   std::size_t max_map_count = 0;
   // How many mappings the process has now; empty counts the lines of /proc/self/maps. Tests count the calls.
   std::function<std::size_t()> count_mappings = {};
+  // Chunks another process can import (capability shareable_chunks): each chunk is a memfd of its own rather
+  // than a range of the device's one, so that the kernel keeps its memory while an importer maps it, whatever
+  // this driver does after. Costs a descriptor a chunk, and the driver no longer survives fork() (a child
+  // would share the chunks' files with its parent).
+  bool shareable_chunks = false;
 };
 
 Result<std::unique_ptr<Driver>> make_host_driver(const HostDriverOptions& options = {});
@@ -102,6 +107,9 @@ Result<SimDriverHandle> make_sim_driver(const SimDriverOptions& options = {});
 struct CudaDriverOptions {
   int device = 0;
   std::string library = "libcuda.so.1";
+  // Chunks created with a POSIX file descriptor handle requested (prop.requestedHandleTypes), so that they can
+  // be exported to another process (capability shareable_chunks, where libcuda has the export and import calls).
+  bool shareable_chunks = false;
 };
 
 Result<std::unique_ptr<Driver>> make_cuda_driver(const CudaDriverOptions& options = {});
@@ -124,6 +132,7 @@ struct DriverOptions {
   bool require_set_access = false;   // host: a fresh mapping is inaccessible until set_access, as on CUDA
   int device = 0;                    // cuda, ascend: the device ordinal
   std::string library = {};          // cuda, ascend: the platform library (empty: libcuda.so.1, libascendcl.so)
+  bool shareable_chunks = false;     // host, cuda: chunks another process can import (IPC)
 };
 
 // By name: "host", "sim", "cuda", "ascend". An unknown name is an Errc::invalid_argument error that lists the

@@ -12,7 +12,8 @@
  * capacity, e.g. "8GiB"; default 1 GiB for host, 80 GiB for sim; a whole number of 2 MiB granules, at most
  * 16 TiB with virtual_factor 2, 32 TiB / virtual_factor in general, so that the address space the allocator
  * reserves fits: docs/pytorch.md), TESSERA_CUDA_LIBRARY and
- * TESSERA_ASCEND_LIBRARY (the platform library to load instead of libcuda.so.1 and libascendcl.so).
+ * TESSERA_ASCEND_LIBRARY (the platform library to load instead of libcuda.so.1 and libascendcl.so),
+ * TESSERA_SHAREABLE=1 (host and cuda drivers: memory another process can import; "Sharing a live block").
  *
  * Errors ("Errors" below says more): every function records on the calling thread whether it failed, void
  * ones included. A failure also returns NULL (the allocation functions and those that return a string) or -1
@@ -135,6 +136,38 @@ TESSERA_C_API const char* tessera_driver_name(void);
  * 64 and above). */
 TESSERA_C_API int tessera_has_allocator(int device);
 TESSERA_C_API const char* tessera_version(void);
+
+/* ---- Sharing a live block with another process on the same machine (docs/allocator.md, "Sharing a block
+ * with another process"; docs/pytorch.md, "IPC"). The driver must share chunks: set TESSERA_SHAREABLE=1 in the
+ * environment before the device's allocator is created (the host and cuda drivers then make every chunk
+ * importable; the host driver no longer survives fork()).
+ *
+ * tessera_export: the block that starts at `ptr` on `device`, exported: a handle (a versioned byte string of
+ * at most a few KiB, written to `handle`, its length to *handle_size) and one descriptor per chunk under the
+ * block (written to `descriptors`, their count to *descriptor_count), which are the caller's: send them with
+ * the handle, then close them. The block must lie on whole granules (allocate a multiple of 2 MiB); from now
+ * on its tag cannot be paused, and at its free its pages are never reused for another block. 0 on success; -1
+ * and a message: not a live block (NOT_FOUND), a block that shares a granule, or buffers too small — the
+ * sizes needed are written all the same — (INVALID_ARGUMENT), a driver that cannot share (UNSUPPORTED).
+ * tessera_import: maps a block another process exported at addresses of this process, with access: its first
+ * byte, or NULL and a message (a handle that is not one, truncated, of another version, whose sizes do not add
+ * up, or whose descriptors do not match: INVALID_ARGUMENT, naming what is wrong; nothing is kept). The
+ * descriptors stay the caller's (close them after). tessera_close_import unmaps it (after a device-wide
+ * synchronize) and gives back what the import took; an address that is no import is NOT_FOUND.
+ * tessera_send_handle / tessera_receive_handle: a handle and its descriptors in one message over a connected
+ * Unix socket (SCM_RIGHTS); a message larger than the capacities given is refused and its descriptors closed.
+ * tessera_take_descriptor: a duplicate of descriptor `descriptor` of process `pid` (pidfd_getfd, Linux 5.6+,
+ * needing ptrace permission over it), or -1 and a message (UNSUPPORTED, UNAVAILABLE): then use the socket. */
+TESSERA_C_API int tessera_export(int device, void* ptr, void* handle, size_t handle_capacity, size_t* handle_size,
+                                 int* descriptors, size_t descriptor_capacity, size_t* descriptor_count);
+TESSERA_C_API void* tessera_import(int device, const void* handle, size_t handle_size, const int* descriptors,
+                                   size_t descriptor_count);
+TESSERA_C_API int tessera_close_import(int device, void* ptr);
+TESSERA_C_API int tessera_send_handle(int socket, const void* handle, size_t handle_size, const int* descriptors,
+                                      size_t descriptor_count);
+TESSERA_C_API int tessera_receive_handle(int socket, void* handle, size_t handle_capacity, size_t* handle_size,
+                                         int* descriptors, size_t descriptor_capacity, size_t* descriptor_count);
+TESSERA_C_API int tessera_take_descriptor(int pid, int descriptor);
 
 /* ---- Pausing memory by tag (docs/allocator.md, "Pausing a tag"), in torch_memory_saver's and vLLM sleep
  * mode's use: an RL job pauses its inference engine's memory while it trains, with every address kept.

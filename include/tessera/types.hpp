@@ -42,6 +42,10 @@
 //   paused       a tag whose pages were given back while its blocks keep their addresses; a paused block's
 //                bytes are in a host backup or gone until the tag is resumed.
 //   backup       the host copy of a paused live block.
+//   exported block a live block whose chunks another process may map (TesseraAllocator::export_block); at its
+//                free its pages are retired: held, mapped nowhere and never handed out again, until their
+//                chunk goes back to the device.
+//   imported block another process's exported block, mapped at a range of this process's own (import_block).
 //
 // Figures
 //   allocated    bytes of live blocks as requested by the caller (rounded: allocated_bytes).

@@ -70,6 +70,14 @@ SIGNATURES = {
     "tessera_pool_release": (_c.c_int, [_c.c_int, _c.c_uint64, _c.c_uint64]),
     "tessera_mem_pool_slot": (_c.c_int, [_c.c_char_p, _c.c_int]),
     "tessera_refuse_graph_capture": (_c.c_int, [_c.c_int]),
+    "tessera_export": (_c.c_int, [_c.c_int, _c.c_void_p, _c.c_void_p, _c.c_size_t, _c.POINTER(_c.c_size_t),
+                                  _c.POINTER(_c.c_int), _c.c_size_t, _c.POINTER(_c.c_size_t)]),
+    "tessera_import": (_c.c_void_p, [_c.c_int, _c.c_void_p, _c.c_size_t, _c.POINTER(_c.c_int), _c.c_size_t]),
+    "tessera_close_import": (_c.c_int, [_c.c_int, _c.c_void_p]),
+    "tessera_send_handle": (_c.c_int, [_c.c_int, _c.c_void_p, _c.c_size_t, _c.POINTER(_c.c_int), _c.c_size_t]),
+    "tessera_receive_handle": (_c.c_int, [_c.c_int, _c.c_void_p, _c.c_size_t, _c.POINTER(_c.c_size_t),
+                                          _c.POINTER(_c.c_int), _c.c_size_t, _c.POINTER(_c.c_size_t)]),
+    "tessera_take_descriptor": (_c.c_int, [_c.c_int, _c.c_int]),
 }
 del _c
 

@@ -153,6 +153,8 @@ Result<std::optional<Bytes>> capacity_from_environment(std::string_view driver, 
 // their granule; the library variables choose the platform library of cuda and ascend.
 Result<std::unique_ptr<Driver>> make_device_driver(const std::string& name, int index, const AllocatorConfig& config) {
   DriverOptions options{.device = index};
+  // TESSERA_SHAREABLE=1: chunks another process can import (tessera_export), on the host and cuda drivers.
+  options.shareable_chunks = environment("TESSERA_SHAREABLE") == std::optional<std::string>("1");
   if (name == "cuda") {
     if (auto library = environment("TESSERA_CUDA_LIBRARY")) options.library = *library;
   } else if (name == "ascend") {

@@ -381,21 +381,26 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   const PagePool& pool = mapper_.pool();
   const Bytes holds = mapper_.held();
   const Bytes pooled = pool.granules() * granule();
-  const Bytes held = mapped_slots * granule() + pooled;
+  const Bytes retired = pool.retired() * granule();  // an exported block's pages after its free
+  const Bytes held = mapped_slots * granule() + pooled + retired;
   if (held != holds) return fmt::format("pages held {} but counted {}", holds, held);
   if (held != stats.common.reserved_bytes) return fmt::format("reserved {} but stats say {}", held, stats.common.reserved_bytes);
   if (mapped_slots * granule() != stats.mapped_bytes) return fmt::format("mapped {} but stats say {}", mapped_slots * granule(), stats.mapped_bytes);
-  if (pooled != stats.pooled_bytes) return fmt::format("pooled {} but stats say {}", pooled, stats.pooled_bytes);
-  // Every granule of every chunk is mapped at exactly one slot or pooled.
+  // The statistics count a retired page as pooled: unmapped and held.
+  if (pooled + retired != stats.pooled_bytes) {
+    return fmt::format("pooled {} and retired {} but stats say {} pooled", pooled, retired, stats.pooled_bytes);
+  }
+  // Every granule of every chunk is mapped at exactly one slot, pooled or retired.
   std::size_t chunk_granules = 0;
   std::optional<std::string> broken_chunk;
   pool.visit_chunks([&](ChunkId chunk, std::uint32_t granules) {
     chunk_granules += granules;
     const auto found = mapped_of_chunk.find(static_cast<std::uint64_t>(chunk));
     const std::size_t mapped = found == mapped_of_chunk.end() ? 0 : found->second;
-    if (!broken_chunk && mapped + pool.pooled_of(chunk) != granules) {
-      broken_chunk = fmt::format("chunk {}: {} granules, but {} mapped and {} pooled", static_cast<std::uint64_t>(chunk),
-                                 granules, mapped, pool.pooled_of(chunk));
+    if (!broken_chunk && mapped + pool.pooled_of(chunk) + pool.retired_of(chunk) != granules) {
+      broken_chunk = fmt::format("chunk {}: {} granules, but {} mapped, {} pooled and {} retired",
+                                 static_cast<std::uint64_t>(chunk), granules, mapped, pool.pooled_of(chunk),
+                                 pool.retired_of(chunk));
     }
   });
   if (broken_chunk) return broken_chunk;
@@ -403,6 +408,9 @@ std::optional<std::string> TesseraAllocatorImpl::check() const {
   if (chunk_granules * granule() != holds) return fmt::format("chunks hold {} granules but {} bytes counted", chunk_granules, holds);
   if (holds > mapper_.capacity()) return fmt::format("holds {} bytes, above the capacity {}", holds, mapper_.capacity());
   if (auto broken = check_tags()) return broken;
+  for (Address exported : ipc_.exported()) {
+    if (live_.find(exported) == nullptr) return fmt::format("exported block {:#x} is not live", exported);
+  }
   return check_private_pools();
 }
 

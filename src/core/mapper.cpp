@@ -30,6 +30,7 @@ Result<ChunkId> Mapper::create_chunk(std::uint32_t& granules) {
 }
 
 Result<void> Mapper::release_pooled(std::size_t granules_to_keep) {
+  release_retired();
   std::uint64_t released = 0;
   Bytes released_bytes = 0;
   Result<void> failure;
@@ -293,11 +294,104 @@ void Mapper::unmap_all(Region& region) {
 }
 
 void Mapper::release_all_pooled() {
+  for (ChunkId chunk : pool_.idle_retired_chunks()) {
+    if (driver_.release_chunk(chunk)) pool_.drop_chunk(chunk);
+  }
   while (const std::optional<Page> chunk = pool_.take_whole_chunk()) (void)driver_.release_chunk(chunk->chunk);
 }
 
 void Mapper::destroy_events(std::span<const EventId> events) {
   for (EventId event : events) (void)driver_.destroy_event(event);
+}
+
+Result<void> Mapper::retire_pages(Region& region, SlotRange range) {
+  std::vector<Assignment> unmapped_pages;
+  std::vector<PageMapping> unmapped;  // for the observers
+  Result<void> failure;
+  for (std::size_t slot = range.first; slot < range.end();) {
+    const std::uint32_t granules = region.page_granules_at(slot);
+    const Address at = region.slot_address(slot, granule_);
+    if (auto done = driver_.unmap(at); !done) {
+      failure = std::move(done);
+      break;
+    }
+    unmapped_pages.push_back({slot, region.clear_page(slot)});
+    unmapped.push_back({at, granules * granule_});
+    slot += granules;
+  }
+  if (!unmapped.empty()) observers_.notify([&](AllocatorObserver& observer) { observer.pages_unmapped(unmapped); });
+  if (failure.ok()) {
+    for (const Assignment& page : unmapped_pages) pool_.retire(page.page);
+    release_retired();
+    return {};
+  }
+  // Back as it was: the same pages at the same slots (map_pages' own rollback pools what it cannot map).
+  if (!unmapped_pages.empty()) (void)map_pages(region, unmapped_pages);
+  return failure;
+}
+
+void Mapper::release_retired() {
+  std::uint64_t released = 0;
+  Bytes released_bytes = 0;
+  for (ChunkId chunk : pool_.idle_retired_chunks()) {
+    if (!driver_.release_chunk(chunk)) continue;
+    const Bytes bytes = Bytes{pool_.chunk_granules(chunk)} * granule_;
+    pool_.drop_chunk(chunk);
+    held_ -= bytes;
+    ++released;
+    released_bytes += bytes;
+  }
+  if (released > 0) {
+    observers_.notify([&](AllocatorObserver& observer) { observer.chunks_released(released, released_bytes); });
+  }
+}
+
+Result<ImportedBlock> Mapper::import_block(const ExportedBlock& exported) {
+  Bytes span = 0;
+  for (const ExportedPiece& piece : exported.pieces) span += piece.size;
+  auto base = driver_.reserve(span);
+  if (!base) return std::move(base).error();
+  ImportedBlock block{.base = *base, .span = span, .size = exported.size, .chunks = {}, .mappings = {}};
+  auto undo = [&](Error error) -> Result<ImportedBlock> {
+    (void)close_import(block);
+    return error;
+  };
+  std::vector<ChunkId> imported(exported.chunks.size(), ChunkId{0});
+  Address at = *base;
+  for (const ExportedPiece& piece : exported.pieces) {
+    const ExportedChunk& from = exported.chunks[piece.chunk];
+    if (imported[piece.chunk] == ChunkId{0}) {
+      auto chunk = driver_.import_chunk(from.descriptor, from.offset, from.size);
+      if (!chunk) return undo(std::move(chunk).error());
+      imported[piece.chunk] = *chunk;
+      block.chunks.push_back(*chunk);
+    }
+    const ChunkId chunk = imported[piece.chunk];
+    auto mapped = piece.chunk_offset == 0 && piece.size == from.size
+                      ? driver_.map(at, chunk)
+                      : driver_.map_part(at, chunk, piece.chunk_offset, piece.size);
+    if (!mapped) return undo(std::move(mapped).error());
+    block.mappings.push_back(at);
+    at += piece.size;
+  }
+  if (auto access = driver_.set_access(*base, span); !access) return undo(std::move(access).error());
+  return block;
+}
+
+Result<void> Mapper::close_import(ImportedBlock& block) {
+  while (!block.mappings.empty()) {
+    if (auto done = driver_.unmap(block.mappings.back()); !done) return done;
+    block.mappings.pop_back();
+  }
+  while (!block.chunks.empty()) {
+    if (auto done = driver_.release_chunk(block.chunks.back()); !done) return done;
+    block.chunks.pop_back();
+  }
+  if (block.base != 0) {
+    if (auto done = driver_.release_reservation(block.base); !done) return done;
+    block.base = 0;
+  }
+  return {};
 }
 
 }  // namespace tessera::core

@@ -15,10 +15,12 @@
 #include <vector>
 
 #include "core/arena.hpp"
+#include "core/imported_block.hpp"
 #include "core/observers.hpp"
 #include "core/page_pool.hpp"
 #include "core/region.hpp"
 #include "core/shared_block.hpp"
+#include "tessera/allocator.hpp"
 #include "tessera/driver.hpp"
 
 namespace tessera::core {
@@ -117,6 +119,23 @@ class Mapper {
   // A free that fails is tried again at the next retry_stale_events(): host memory is never leaked.
   void free_backup(const HostBuffer& backup);
 
+  // Sharing with another process (block_export.cpp). An exported chunk: a descriptor the caller owns.
+  Result<ExportedChunk> export_chunk(ChunkId chunk) { return driver_.export_chunk(chunk); }
+  // Unmaps the pages of slots [range) — each page starts and ends inside it — and retires them (page_pool.hpp):
+  // never pooled nor handed out again; their chunks go back once none of them is mapped (release_retired).
+  // The caller proved the device done with them. An unmap that fails stops it, and the pages unmapped so far
+  // are mapped back: the range is as it was, and the failure is answered.
+  Result<void> retire_pages(Region& region, SlotRange range);
+  // Gives back every chunk with retired granules of which nothing is mapped; one whose release fails stays
+  // held, tried again at the next call (release_pooled calls it too).
+  void release_retired();
+  // Maps `exported` in a reservation of its own: each chunk imported once, each piece mapped in order, access
+  // over the whole range. On a failure nothing stays (what was done is undone).
+  Result<ImportedBlock> import_block(const ExportedBlock& exported);
+  // Unmaps, releases the imported chunks, then the range, until a call fails: what was undone leaves
+  // `block`, so that a second call finishes. The caller proved the device done with it.
+  Result<void> close_import(ImportedBlock& block);
+
   // Stream order.
   Result<EventId> record_event(StreamId stream);
   // A destroy that fails is tried again at the next retry_stale_events(): never leaked.
@@ -131,6 +150,8 @@ class Mapper {
   // Teardown, when the allocator goes: observers are not told (they may be gone already).
   // Proof that the device finished all work: a device-wide synchronize, failing that each stream and event.
   bool prove_idle(std::span<const StreamId> streams, std::span<const EventId> events);
+  // The proof before an imported block's close: whatever this process queued is done.
+  Result<void> synchronize_device() { return driver_.synchronize_device(); }
   void unmap_all(Region& region);
   void unmap_all(SharedBlock& shared);
   void release_all_pooled();

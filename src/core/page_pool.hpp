@@ -7,6 +7,10 @@
 // one by one. A chunk goes back to the device only when all of it is pooled, as a cudaMalloc'd segment
 // does in PyTorch's allocator.
 //
+// Retired granules (an exported block's pages after its free, docs/allocator.md "Sharing a block with another
+// process"): held, mapped nowhere and never handed out again, so that no other block reuses bytes another
+// process may still map. A chunk whose granules are all pooled or retired can go back (retired_chunks()).
+//
 // The pool keeps pooled runs coalesced per chunk, so a wholly pooled chunk is one run at offset 0, and
 // answers requests by size: the largest run that fits, or (where runs may be split) a piece of a larger one.
 #pragma once
@@ -18,6 +22,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "tessera/types.hpp"
 
@@ -42,7 +47,34 @@ class PagePool {
   }
 
   // A chunk just created, none of it pooled yet.
-  void add_chunk(ChunkId chunk, std::uint32_t granules) { chunks_.emplace(raw(chunk), Chunk{granules, 0}); }
+  void add_chunk(ChunkId chunk, std::uint32_t granules) { chunks_.emplace(raw(chunk), Chunk{granules, 0, 0}); }
+
+  // Retiring: the page, just unmapped, is never pooled nor handed out.
+  void retire(Page page) {
+    chunks_.at(raw(page.chunk)).retired += page.granules;
+    retired_ += page.granules;
+  }
+  std::size_t retired() const noexcept { return retired_; }
+  std::uint32_t retired_of(ChunkId chunk) const { return chunks_.at(raw(chunk)).retired; }
+  // The chunks with retired granules whose every granule is pooled or retired: none of it mapped.
+  std::vector<ChunkId> idle_retired_chunks() const {
+    std::vector<ChunkId> idle;
+    if (retired_ == 0) return idle;
+    for (const auto& [id, chunk] : chunks_) {
+      if (chunk.retired > 0 && chunk.retired + chunk.pooled == chunk.granules) idle.push_back(ChunkId{id});
+    }
+    return idle;
+  }
+  // A chunk given back to the device with its pooled runs and retired granules.
+  void drop_chunk(ChunkId chunk) {
+    Chunk& record = chunks_.at(raw(chunk));
+    for (auto run = runs_.lower_bound({raw(chunk), 0}); run != runs_.end() && run->first.first == raw(chunk);) {
+      erase_run(run++);
+    }
+    pooled_ -= record.pooled;
+    retired_ -= record.retired;
+    chunks_.erase(raw(chunk));
+  }
   // A chunk given back to the device (all of it was taken out with take_whole_chunk).
   void forget_chunk(ChunkId chunk) { chunks_.erase(raw(chunk)); }
 
@@ -132,6 +164,7 @@ class PagePool {
   struct Chunk {
     std::uint32_t granules;
     std::uint32_t pooled;
+    std::uint32_t retired;
   };
   using RunKey = std::pair<std::uint64_t, std::uint32_t>;  // chunk, offset
 
@@ -154,6 +187,7 @@ class PagePool {
   std::map<RunKey, std::uint32_t> runs_;                                    // -> granules
   std::set<std::tuple<std::uint32_t, std::uint64_t, std::uint32_t>> by_size_;  // granules, chunk, offset
   std::size_t pooled_ = 0;
+  std::size_t retired_ = 0;
 };
 
 }  // namespace tessera::core

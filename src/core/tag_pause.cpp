@@ -315,6 +315,7 @@ Result<void> TesseraAllocatorImpl::do_pause(std::string_view name, bool backup) 
   if (!tag) return std::move(tag).error();
   TagBook::State& state = *tags_.state_of(*tag);
   if (!state.paused) {
+    if (auto exported = refuse_pause_if_exported(*tag, name); !exported) return exported;
     if (auto done = prove_tag_idle(*tag); !done) {
       return make_error(done.error().code, fmt::format("tessera: pause of tag '{}': proving the device done with its "
                                                        "blocks failed; nothing changed: {}",

@@ -58,6 +58,7 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
   for (StreamId user : pending_.user_streams()) streams.push_back(user);
   const std::vector<EventId> events = pending_.all_events();
   if (mapper_.prove_idle(streams, events)) {
+    for (auto& [address, imported] : ipc_.imports()) (void)mapper_.close_import(imported);
     for (auto& shared : shared_) mapper_.unmap_all(*shared);
     for (auto& placement : placements_) {
       Arena& arena = placement->arena();
@@ -175,7 +176,8 @@ Result<void> TesseraAllocatorImpl::do_deallocate(Address address) {
   if (const std::size_t slot = live_.slot_of(address); slot != live_.npos) [[likely]] {
     Block* block = live_.value_at(slot);
     Arena* arena = block->arena;
-    if (!tags_.any_paused() && arena != nullptr && pending_.users_of(block) == nullptr) [[likely]] {
+    if (!tags_.any_paused() && !ipc_.any_exported() && arena != nullptr && pending_.users_of(block) == nullptr)
+        [[likely]] {
       const BlockEvent event = block_event(*arena, *block);
       live_.erase_slot(slot);
       placements_.give_back(block);
@@ -198,6 +200,9 @@ Result<void> TesseraAllocatorImpl::deallocate_slow(Address address) {
   if (tags_.any_paused() && is_paused(block)) return free_paused(block);
   Arena* arena = block->arena;
   if (arena == nullptr) return free_shared(block);
+  if (ipc_.any_exported() && ipc_.is_exported(address)) {
+    if (auto retired = retire_exported(block); !retired) return retired;
+  }
   BlockEvent event = block_event(*arena, *block);
   const std::vector<StreamId>* users = pending_.users_of(block);
   if (users == nullptr) {

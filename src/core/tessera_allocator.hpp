@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/budget.hpp"
+#include "core/ipc_book.hpp"
 #include "core/mapper.hpp"
 #include "core/page_backer.hpp"
 #include "core/pending_frees.hpp"
@@ -58,6 +59,11 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   void set_history_stacks(StackCapture capture) override;
   AllocationHistory history() const override;
   std::vector<std::string> tags() const override;
+  Result<ExportedBlock> export_block(Address address) override;
+  Result<Address> import_block(const ExportedBlock& block) override;
+  Result<void> close_import(Address address) override;
+  std::size_t exported_blocks() const override;
+  std::size_t imported_blocks() const override;
 
  protected:
   Result<void> do_pause(std::string_view tag, bool backup) override;
@@ -167,6 +173,12 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   void visit_tag_blocks(TagId tag, Visit&& visit);
   Bytes live_bytes_of(TagId tag);
 
+  // block_export.cpp
+  // An exported block's free, before the ordinary one: proves its streams done, then unmaps and retires its
+  // pages. On a failure the block stays live and exported.
+  Result<void> retire_exported(Block* block);
+  // Refuses a pause of `tag` while it holds an exported live block, naming it.
+  Result<void> refuse_pause_if_exported(TagId tag, std::string_view name);
   // private_pooling.cpp
   // Whether blocks of `private_pool` may be built over slivers: not in a graph pool, whose freed blocks'
   // addresses its graph replays into (a shared block's range goes when it is freed).
@@ -204,6 +216,7 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   SharedBlocks shared_;
   TagBook tags_;
   PrivatePools pools_;
+  IpcBook ipc_;
   PageBacker backer_;
   detail::ForkGuardMembership fork_membership_{*this, detail::ForkRank::allocator};  // last: leaves first
 };

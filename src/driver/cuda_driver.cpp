@@ -49,6 +49,7 @@ struct Types {
   using DeviceAttribute = int;                  // CUdevice_attribute
   using GranularityFlags = int;                 // CUmemAllocationGranularity_flags
   using StreamCaptureStatus = int;              // CUstreamCaptureStatus
+  using HandleType = int;                       // CUmemAllocationHandleType
 
   struct MemLocation {  // CUmemLocation
     int type;           // CUmemLocationType
@@ -88,11 +89,13 @@ inline constexpr Result error_not_ready = 600;          // CUDA_ERROR_NOT_READY
 inline constexpr Result error_unknown = 999;            // CUDA_ERROR_UNKNOWN
 inline constexpr int mem_allocation_type_pinned = 1;    // CU_MEM_ALLOCATION_TYPE_PINNED
 inline constexpr int mem_handle_type_none = 0;          // CU_MEM_HANDLE_TYPE_NONE
+inline constexpr int mem_handle_type_posix_file_descriptor = 1;  // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 inline constexpr int mem_location_type_device = 1;      // CU_MEM_LOCATION_TYPE_DEVICE
 inline constexpr int mem_access_flags_prot_readwrite = 3;  // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 inline constexpr int mem_alloc_granularity_minimum = 0;    // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 inline constexpr unsigned event_disable_timing = 0x2;     // CU_EVENT_DISABLE_TIMING
 inline constexpr int device_attribute_virtual_memory_management_supported = 102;
+inline constexpr int device_attribute_handle_type_posix_file_descriptor_supported = 103;
 inline constexpr int stream_capture_status_none = 0;  // CU_STREAM_CAPTURE_STATUS_NONE (1 ACTIVE, 2 INVALIDATED)
 
 // The function types, written once over a set of types so that the same declarations can be checked
@@ -132,6 +135,8 @@ struct Signatures {
   using EventDestroy = R(typename T::Event);
   using StreamSynchronize = R(typename T::Stream);
   using StreamIsCapturing = R(typename T::Stream, typename T::StreamCaptureStatus*);
+  using MemExportToShareableHandle = R(void*, typename T::AllocationHandle, typename T::HandleType, unsigned long long);
+  using MemImportFromShareableHandle = R(typename T::AllocationHandle*, void*, typename T::HandleType);
   using GetErrorName = R(R, const char**);
   using GetErrorString = R(R, const char**);
 };
@@ -170,6 +175,8 @@ inline constexpr const char* event_synchronize = "cuEventSynchronize";
 inline constexpr const char* event_destroy = "cuEventDestroy_v2";
 inline constexpr const char* stream_synchronize = "cuStreamSynchronize";
 inline constexpr const char* stream_is_capturing = "cuStreamIsCapturing";
+inline constexpr const char* mem_export_to_shareable_handle = "cuMemExportToShareableHandle";
+inline constexpr const char* mem_import_from_shareable_handle = "cuMemImportFromShareableHandle";
 inline constexpr const char* get_error_name = "cuGetErrorName";
 inline constexpr const char* get_error_string = "cuGetErrorString";
 }  // namespace symbol
@@ -189,6 +196,7 @@ struct HeaderTypes {
   using DeviceAttribute = CUdevice_attribute;
   using GranularityFlags = CUmemAllocationGranularity_flags;
   using StreamCaptureStatus = CUstreamCaptureStatus;
+  using HandleType = CUmemAllocationHandleType;
   using MemLocation = CUmemLocation;
   using MemAllocationProp = CUmemAllocationProp;
   using MemAccessDesc = CUmemAccessDesc;
@@ -234,12 +242,16 @@ static_assert(CUDA_ERROR_NOT_INITIALIZED == cu::error_not_initialized);
 static_assert(CUDA_ERROR_UNKNOWN == cu::error_unknown);
 static_assert(CU_MEM_ALLOCATION_TYPE_PINNED == cu::mem_allocation_type_pinned);
 static_assert(CU_MEM_HANDLE_TYPE_NONE == cu::mem_handle_type_none);
+static_assert(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR == cu::mem_handle_type_posix_file_descriptor);
+static_assert(sizeof(CUmemAllocationHandleType) == sizeof(Header::HandleType));
 static_assert(CU_MEM_LOCATION_TYPE_DEVICE == cu::mem_location_type_device);
 static_assert(CU_MEM_ACCESS_FLAGS_PROT_READWRITE == cu::mem_access_flags_prot_readwrite);
 static_assert(CU_MEM_ALLOC_GRANULARITY_MINIMUM == cu::mem_alloc_granularity_minimum);
 static_assert(CU_EVENT_DISABLE_TIMING == cu::event_disable_timing);
 static_assert(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ==
               cu::device_attribute_virtual_memory_management_supported);
+static_assert(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED ==
+              cu::device_attribute_handle_type_posix_file_descriptor_supported);
 static_assert(CU_STREAM_CAPTURE_STATUS_NONE == cu::stream_capture_status_none);
 
 // The header maps each public name (a macro for versioned calls) to the symbol dlsym is asked for, and the
@@ -279,6 +291,8 @@ TESSERA_SAME_CALL(cuEventSynchronize, event_synchronize, EventSynchronize);
 TESSERA_SAME_CALL(cuEventDestroy, event_destroy, EventDestroy);
 TESSERA_SAME_CALL(cuStreamSynchronize, stream_synchronize, StreamSynchronize);
 TESSERA_SAME_CALL(cuStreamIsCapturing, stream_is_capturing, StreamIsCapturing);
+TESSERA_SAME_CALL(cuMemExportToShareableHandle, mem_export_to_shareable_handle, MemExportToShareableHandle);
+TESSERA_SAME_CALL(cuMemImportFromShareableHandle, mem_import_from_shareable_handle, MemImportFromShareableHandle);
 TESSERA_SAME_CALL(cuGetErrorName, get_error_name, GetErrorName);
 TESSERA_SAME_CALL(cuGetErrorString, get_error_string, GetErrorString);
 #undef TESSERA_SAME_CALL
@@ -318,6 +332,9 @@ struct Api {
   cu::Fn::EventDestroy* event_destroy = nullptr;
   cu::Fn::StreamSynchronize* stream_synchronize = nullptr;
   cu::Fn::StreamIsCapturing* stream_is_capturing = nullptr;  // optional: null where the library lacks it
+  // Optional too: without them chunks cannot be shared (no capability shareable_chunks).
+  cu::Fn::MemExportToShareableHandle* mem_export_to_shareable_handle = nullptr;
+  cu::Fn::MemImportFromShareableHandle* mem_import_from_shareable_handle = nullptr;
   cu::Fn::GetErrorName* get_error_name = nullptr;
   cu::Fn::GetErrorString* get_error_string = nullptr;
   detail::CreatorProcess creator{};  // the process that loaded the library
@@ -400,14 +417,17 @@ Result<std::unique_ptr<Api>> load_api(detail::DynamicLibrary library) {
   // Only the refusal of graph capture needs it (tessera_refuse_graph_capture), so a library without it still
   // serves memory; the query then says what is missing.
   (void)bind(*api, api->stream_is_capturing, s::stream_is_capturing);
+  (void)bind(*api, api->mem_export_to_shareable_handle, s::mem_export_to_shareable_handle);
+  (void)bind(*api, api->mem_import_from_shareable_handle, s::mem_import_from_shareable_handle);
   return api;
 }
 
-// The allocation and access properties of one device.
-cu::Types::MemAllocationProp page_properties(int ordinal) {
+// The allocation and access properties of one device; a chunk that may be shared asks for a POSIX file
+// descriptor handle, which cuMemExportToShareableHandle needs.
+cu::Types::MemAllocationProp page_properties(int ordinal, bool shareable = false) {
   cu::Types::MemAllocationProp prop{};
   prop.type = cu::mem_allocation_type_pinned;
-  prop.requestedHandleTypes = cu::mem_handle_type_none;
+  prop.requestedHandleTypes = shareable ? cu::mem_handle_type_posix_file_descriptor : cu::mem_handle_type_none;
   prop.location.type = cu::mem_location_type_device;
   prop.location.id = ordinal;
   return prop;
@@ -453,13 +473,17 @@ class ContextScope {
   Result<void> status_;
 };
 
-constexpr DriverCapabilities cuda_capabilities{.needs_set_access = true,
-                                               .page_multi_mapping = true,
-                                               .data_access = true,
-                                               .host_pointers = false,
-                                               .asynchronous = true,
-                                               .partial_map = true,
-                                               .host_backup = true};
+constexpr DriverCapabilities cuda_capabilities(bool shareable) {
+  return {.needs_set_access = true,
+          .page_multi_mapping = true,
+          .data_access = true,
+          .host_pointers = false,
+          .asynchronous = true,
+          .partial_map = true,
+          .survives_fork = false,
+          .host_backup = true,
+          .shareable_chunks = shareable};
+}
 
 cu::Types::Event to_event(detail::PlatformHandle handle) {
   return reinterpret_cast<cu::Types::Event>(static_cast<std::uintptr_t>(handle));
@@ -472,8 +496,8 @@ cu::Types::Stream to_stream(StreamId stream) {
 class CudaDriver final : public detail::PlatformDriver {
  public:
   CudaDriver(std::unique_ptr<Api> api, cu::Types::Device device, int ordinal, cu::Types::Context context,
-             Bytes granularity, Bytes capacity)
-      : PlatformDriver("cuda", cuda_capabilities, granularity, capacity),
+             Bytes granularity, Bytes capacity, bool shareable)
+      : PlatformDriver("cuda", cuda_capabilities(shareable), granularity, capacity),
         api_(std::move(api)),
         device_(device),
         ordinal_(ordinal),
@@ -534,7 +558,7 @@ class CudaDriver final : public detail::PlatformDriver {
   Result<detail::PlatformHandle> platform_create_chunk(Bytes size) override {
     ContextScope scope(*api_, context_);
     if (!scope.status()) return scope.status().error();
-    const auto prop = page_properties(ordinal_);
+    const auto prop = page_properties(ordinal_, capabilities().shareable_chunks);
     cu::Types::AllocationHandle handle = 0;
     if (auto r = api_->mem_create(&handle, size, &prop, 0); r != cu::success) {
       return fail(fmt::format("cuMemCreate({} bytes on device {})", size, ordinal_), r);
@@ -546,6 +570,39 @@ class CudaDriver final : public detail::PlatformDriver {
     ContextScope scope(*api_, context_);
     if (!scope.status()) return scope.status();
     return check(api_->mem_release(handle), [&] { return fmt::format("cuMemRelease(page of {} bytes)", size); });
+  }
+
+  // Sharing: the chunk was created with a POSIX file descriptor handle requested (page_properties).
+  Result<ExportedChunk> platform_export_chunk(detail::PlatformHandle handle, Bytes size) override {
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status().error();
+    int descriptor = -1;
+    if (auto r = api_->mem_export_to_shareable_handle(&descriptor, handle, cu::mem_handle_type_posix_file_descriptor, 0);
+        r != cu::success) {
+      return fail(fmt::format("cuMemExportToShareableHandle(chunk of {} bytes, POSIX file descriptor)", size), r);
+    }
+    return ExportedChunk{.descriptor = descriptor, .offset = 0, .size = size};
+  }
+
+  // CUDA takes the descriptor's value as a pointer-sized argument; it does not take the descriptor over.
+  Result<detail::PlatformHandle> platform_import_chunk(int descriptor, Bytes offset, Bytes size) override {
+    if (offset != 0) {
+      return make_error(Errc::invalid_argument,
+                        fmt::format("cuda driver: import_chunk at offset {}: a CUDA chunk's descriptor names the "
+                                    "chunk alone (offset 0)",
+                                    offset));
+    }
+    ContextScope scope(*api_, context_);
+    if (!scope.status()) return scope.status().error();
+    cu::Types::AllocationHandle handle = 0;
+    void* raw = reinterpret_cast<void*>(static_cast<std::uintptr_t>(descriptor));
+    if (auto r = api_->mem_import_from_shareable_handle(&handle, raw, cu::mem_handle_type_posix_file_descriptor);
+        r != cu::success) {
+      Error error = fail(fmt::format("cuMemImportFromShareableHandle(descriptor {}, {} bytes)", descriptor, size), r);
+      error.code = Errc::invalid_argument;  // a descriptor the driver does not recognise is bad input
+      return error;
+    }
+    return detail::PlatformHandle{handle};
   }
 
   Result<void> platform_map(Address at, detail::PlatformHandle handle, Bytes offset, Bytes size) override {
@@ -774,6 +831,16 @@ Result<std::unique_ptr<Driver>> make_cuda_driver(const CudaDriverOptions& option
     }
   }
 
+  // Sharing needs both calls and a device that offers POSIX file descriptor handles (cuMemCreate refuses a
+  // handle type the device lacks); asked for without them, the driver still serves memory and refuses
+  // exports (capability off).
+  int descriptor_handles = 0;
+  const bool shareable =
+      options.shareable_chunks && api->mem_export_to_shareable_handle != nullptr &&
+      api->mem_import_from_shareable_handle != nullptr &&
+      api->device_get_attribute(&descriptor_handles, cu::device_attribute_handle_type_posix_file_descriptor_supported,
+                                device) == cu::success &&
+      descriptor_handles != 0;
   std::size_t granularity = 0;
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
@@ -802,7 +869,8 @@ Result<std::unique_ptr<Driver>> make_cuda_driver(const CudaDriverOptions& option
   }
 
   return std::unique_ptr<Driver>(
-      std::make_unique<CudaDriver>(std::move(api), device, options.device, context, granularity, total_bytes));
+      std::make_unique<CudaDriver>(std::move(api), device, options.device, context, granularity, total_bytes,
+                                   shareable));
 }
 
 }  // namespace tessera

@@ -80,4 +80,11 @@ Result<void> ForwardingDriver::copy_to_device(Address destination, HostBuffer so
   return forward(DriverCall::copy_to_device, [&] { return inner_->copy_to_device(destination, source, size); });
 }
 
+Result<ExportedChunk> ForwardingDriver::export_chunk(ChunkId chunk) {
+  return forward(DriverCall::export_chunk, [&] { return inner_->export_chunk(chunk); });
+}
+Result<ChunkId> ForwardingDriver::import_chunk(int descriptor, Bytes offset, Bytes size) {
+  return forward(DriverCall::import_chunk, [&] { return inner_->import_chunk(descriptor, offset, size); });
+}
+
 }  // namespace tessera

@@ -14,13 +14,20 @@
 // unmap can add at most) before the next count — a handful of counts between 90% and the limit, not one
 // per call.
 //
+// Sharing (HostDriverOptions::shareable_chunks): each chunk is then a memfd of its own, named by a handle with
+// chunk_file_bit set; export_chunk answers a duplicate of its descriptor, import_chunk keeps a duplicate of the
+// importer's and maps it at the offset given. The kernel frees a chunk's memory once no descriptor and no
+// mapping of it is left in any process — CUDA's rule for an exported allocation.
+//
 // fork(): the memfd is shared, so a child would write the parent's pages. Before the fork the driver copies
 // the memfd (its data only: holes stay holes), and the child maps everything it has mapped from the copy:
 // child and parent then share nothing, and the child sees the memory as it was when fork() was called.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -28,6 +35,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -44,6 +52,15 @@ namespace {
 using detail::PlatformHandle;
 
 constexpr int read_write = PROT_READ | PROT_WRITE;
+constexpr PlatformHandle chunk_file_bit = PlatformHandle{1} << 63;  // a chunk that is a file of its own
+
+// What a descriptor names, for messages: the target of its /proc/self/fd link ("/memfd:NAME (deleted)").
+std::string descriptor_target(int descriptor) {
+  std::string path = fmt::format("/proc/self/fd/{}", descriptor);
+  std::array<char, 512> target{};
+  const ssize_t length = readlink(path.c_str(), target.data(), target.size() - 1);
+  return length < 0 ? std::string("nothing readable") : std::string(target.data(), static_cast<std::size_t>(length));
+}
 constexpr int anonymous_none = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
 void* to_pointer(Address address) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)); }
@@ -179,8 +196,9 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
                                           .host_pointers = true,
                                           .asynchronous = false,
                                           .partial_map = true,
-                                          .survives_fork = true,
-                                          .host_backup = true},
+                                          .survives_fork = !options.shareable_chunks,
+                                          .host_backup = true,
+                                          .shareable_chunks = options.shareable_chunks},
                        options.granularity, options.capacity),
         memfd_(memfd),
         memfd_size_(memfd_size),
@@ -196,6 +214,7 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
     for (const auto& [address, mapping] : mappings()) munmap(to_pointer(address), mapping.size);
     for (const auto& [base, size] : reservations()) munmap(to_pointer(base), size);
     for (const auto& [id, buffer] : host_buffers()) munmap(buffer.data, buffer.size);
+    for (const auto& [handle, file] : files_) close(file.descriptor);
     close(memfd_);
   }
 
@@ -225,6 +244,16 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
 
   Result<PlatformHandle> platform_create_chunk(Bytes size) override {
     if (!fork_copy_failed_.empty()) return make_error(Errc::unavailable, fork_copy_failed_);
+    if (capabilities().shareable_chunks) {
+      const int file = memfd_create("tessera-host-chunk", MFD_CLOEXEC);
+      if (file < 0) return errno_error(Errc::out_of_memory, "memfd_create (create_chunk)", errno);
+      if (ftruncate(file, static_cast<off_t>(size)) != 0) {
+        const int error_number = errno;
+        close(file);
+        return errno_error(Errc::out_of_memory, "ftruncate (create_chunk)", error_number);
+      }
+      return add_file(file, 0);
+    }
     auto offset = space_.take(size);
     if (!offset) {
       return make_error(Errc::out_of_memory,
@@ -234,6 +263,13 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
   }
 
   Result<void> platform_release_chunk(PlatformHandle offset, Bytes size) override {
+    if ((offset & chunk_file_bit) != 0) {
+      // Closing is all: the memory goes once no other process holds a descriptor or a mapping of it.
+      auto file = files_.find(offset);
+      close(file->second.descriptor);
+      files_.erase(file);
+      return {};
+    }
     if (fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
                   static_cast<off_t>(size)) != 0) {
       return errno_error(Errc::platform, "fallocate (release_chunk)", errno);
@@ -246,8 +282,8 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
     if (!fork_copy_failed_.empty()) return make_error(Errc::unavailable, fork_copy_failed_);
     if (auto room = check_map_limit(); !room) return room;
     const int protection = capabilities().needs_set_access ? PROT_NONE : read_write;
-    void* mapped =
-        mmap(to_pointer(at), size, protection, MAP_SHARED | MAP_FIXED, memfd_, static_cast<off_t>(page_offset + offset));
+    const auto [from, start] = backing(page_offset);
+    void* mapped = mmap(to_pointer(at), size, protection, MAP_SHARED | MAP_FIXED, from, static_cast<off_t>(start + offset));
     if (mapped == MAP_FAILED) {
       const int error_number = errno;
       // A failed MAP_FIXED may have removed what was there: put the reservation's PROT_NONE back.
@@ -347,9 +383,9 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
       return {};
     }
     auto* to = static_cast<char*>(destination.data);
-    return for_each_piece(source, size, "copy_to_host", [&](off_t offset, Bytes piece) -> Result<void> {
+    return for_each_piece(source, size, "copy_to_host", [&](int file, off_t offset, Bytes piece) -> Result<void> {
       while (piece > 0) {
-        const ssize_t read = pread(memfd_, to, piece, offset);
+        const ssize_t read = pread(file, to, piece, offset);
         if (read <= 0) {
           if (read < 0 && errno == EINTR) continue;
           return errno_error(Errc::platform, "pread (copy_to_host)", read < 0 ? errno : EIO);
@@ -369,9 +405,9 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
       return {};
     }
     const auto* from = static_cast<const char*>(source.data);
-    return for_each_piece(destination, size, "copy_to_device", [&](off_t offset, Bytes piece) -> Result<void> {
+    return for_each_piece(destination, size, "copy_to_device", [&](int file, off_t offset, Bytes piece) -> Result<void> {
       while (piece > 0) {
-        const ssize_t written = pwrite(memfd_, from, piece, offset);
+        const ssize_t written = pwrite(file, from, piece, offset);
         if (written < 0) {
           if (errno == EINTR) continue;
           return errno_error(Errc::platform, "pwrite (copy_to_device)", errno);
@@ -385,7 +421,20 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
   }
 
  private:
-  // Calls copy(offset in the memfd, bytes) for each piece of [at, at + size) under one mapping, in order.
+  // The file a chunk's handle names and where the chunk starts in it.
+  std::pair<int, Bytes> backing(PlatformHandle handle) const {
+    if ((handle & chunk_file_bit) == 0) return {memfd_, handle};
+    const ChunkFile& file = files_.at(handle);
+    return {file.descriptor, file.offset};
+  }
+
+  PlatformHandle add_file(int descriptor, Bytes offset) {
+    const PlatformHandle handle = chunk_file_bit | next_file_++;
+    files_.emplace(handle, ChunkFile{descriptor, offset});
+    return handle;
+  }
+
+  // Calls copy(file, offset in it, bytes) for each piece of [at, at + size) under one mapping, in order.
   template <class Copy>
   Result<void> for_each_piece(Address at, Bytes size, std::string_view call, Copy&& copy) {
     const Address end = at + size;
@@ -401,7 +450,8 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
       const detail::PageRecord* page = find_page(record.page);
       if (page == nullptr) return make_error(Errc::not_found, fmt::format("{}: a mapping of an unknown page", call));
       const Bytes piece = std::min(end, mapping_end) - at;
-      if (auto done = copy(static_cast<off_t>(page->handle + record.offset + (at - mapping->first)), piece); !done) {
+      const auto [file, start] = backing(page->handle);
+      if (auto done = copy(file, static_cast<off_t>(start + record.offset + (at - mapping->first)), piece); !done) {
         return done;
       }
       at += piece;
@@ -438,6 +488,40 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
                       ENOMEM);
   }
 
+  Result<ExportedChunk> platform_export_chunk(PlatformHandle handle, Bytes /*size*/) override {
+    if ((handle & chunk_file_bit) == 0) {
+      return make_error(Errc::unsupported, "host driver: export_chunk of a chunk made before sharing was on");
+    }
+    const ChunkFile& file = files_.at(handle);
+    const int copy = fcntl(file.descriptor, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) return errno_error(Errc::platform, "fcntl F_DUPFD_CLOEXEC (export_chunk)", errno);
+    return ExportedChunk{.descriptor = copy, .offset = file.offset, .size = 0};
+  }
+
+  // The descriptor must name a memfd holding the whole chunk: anything else is refused before it is mapped.
+  Result<PlatformHandle> platform_import_chunk(int descriptor, Bytes offset, Bytes size) override {
+    if (!fork_copy_failed_.empty()) return make_error(Errc::unavailable, fork_copy_failed_);
+    struct stat status {};
+    if (fstat(descriptor, &status) != 0) {
+      return errno_error(Errc::invalid_argument, fmt::format("fstat of descriptor {} (import_chunk)", descriptor), errno);
+    }
+    const std::string target = descriptor_target(descriptor);
+    if (!S_ISREG(status.st_mode) || target.rfind("/memfd:", 0) != 0) {
+      return make_error(Errc::invalid_argument,
+                        fmt::format("host driver: import_chunk: descriptor {} is not a memfd (it names {})",
+                                    descriptor, target));
+    }
+    if (static_cast<Bytes>(status.st_size) < offset || static_cast<Bytes>(status.st_size) - offset < size) {
+      return make_error(Errc::invalid_argument,
+                        fmt::format("host driver: import_chunk: descriptor {} ({}) holds {} bytes, fewer than the "
+                                    "chunk's {} bytes at offset {}",
+                                    descriptor, target, status.st_size, size, offset));
+    }
+    const int copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) return errno_error(Errc::platform, "fcntl F_DUPFD_CLOEXEC (import_chunk)", errno);
+    return add_file(copy, offset);
+  }
+
   // fork(), the parent's half: the child's copy of the memory, made while every allocator's lock is held.
   void prepare_fork() noexcept override {
     child_memfd_ = copy_memfd(memfd_, memfd_size_);
@@ -454,11 +538,14 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
   // may see the parent's later writes on pages it has not written) and gets no new memory.
   void after_fork_in_child() noexcept override {
     const bool copied = child_memfd_ >= 0;
-    const int flags = copied ? MAP_SHARED | MAP_FIXED : MAP_PRIVATE | MAP_FIXED;
-    const int from = copied ? child_memfd_ : memfd_;
     int remap_errno = 0;
     for (const auto& [address, mapping] : mappings()) {
       const detail::PageRecord* page = find_page(mapping.page);
+      // A chunk that is a file of its own stays shared with the parent: a driver that has them does not
+      // survive fork (capability survives_fork off), and the C ABI refuses the child's calls.
+      if ((page->handle & chunk_file_bit) != 0) continue;
+      const int flags = copied ? MAP_SHARED | MAP_FIXED : MAP_PRIVATE | MAP_FIXED;
+      const int from = copied ? child_memfd_ : memfd_;
       const int protection = !capabilities().needs_set_access || mapping.accessible ? read_write : PROT_NONE;
       if (mmap(to_pointer(address), mapping.size, protection, flags, from,
                static_cast<off_t>(page->handle + mapping.offset)) == MAP_FAILED) {
@@ -479,8 +566,15 @@ class HostDriver final : public detail::PlatformDriver, private detail::ForkMemb
     child_memfd_ = -1;
   }
 
+  struct ChunkFile {
+    int descriptor;
+    Bytes offset;  // where the chunk starts in the file
+  };
+
   int memfd_;
   Bytes memfd_size_;
+  std::unordered_map<PlatformHandle, ChunkFile> files_;  // chunks that are files of their own, by handle
+  PlatformHandle next_file_ = 1;
   MemfdSpace space_;
   detail::SimulatedStreams streams_;
   std::function<std::size_t()> count_mappings_;

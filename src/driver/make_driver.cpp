@@ -14,6 +14,7 @@ Result<std::unique_ptr<Driver>> make_driver(std::string_view name, const DriverO
     if (options.capacity) host.capacity = *options.capacity;
     if (options.granularity) host.granularity = *options.granularity;
     host.require_set_access = options.require_set_access;
+    host.shareable_chunks = options.shareable_chunks;
     return make_host_driver(host);
   }
   if (name == "sim") {
@@ -26,6 +27,7 @@ Result<std::unique_ptr<Driver>> make_driver(std::string_view name, const DriverO
   }
   if (name == "cuda") {
     CudaDriverOptions cuda{.device = options.device};
+    cuda.shareable_chunks = options.shareable_chunks;
     if (!options.library.empty()) cuda.library = options.library;
     return make_cuda_driver(cuda);
   }

@@ -28,6 +28,8 @@ std::string_view to_string(DriverCall call) noexcept {
     case DriverCall::free_host: return "free_host";
     case DriverCall::copy_to_host: return "copy_to_host";
     case DriverCall::copy_to_device: return "copy_to_device";
+    case DriverCall::export_chunk: return "export_chunk";
+    case DriverCall::import_chunk: return "import_chunk";
   }
   return "unknown";
 }

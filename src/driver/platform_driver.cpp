@@ -87,14 +87,15 @@ Result<ChunkId> PlatformDriver::create_chunk(Bytes size) {
     return refuse(Errc::invalid_argument,
                   fmt::format("page size {} is not a positive multiple of the granule {}", size, granularity_));
   }
-  if (size > capacity_ || page_bytes_ > capacity_ - size) {
+  const Bytes own_bytes = page_bytes_ - imported_bytes_;
+  if (size > capacity_ || own_bytes > capacity_ - size) {
     return refuse(Errc::out_of_memory, fmt::format("cannot create a page of {} bytes: {} of {} bytes are in use",
-                                                   size, page_bytes_, capacity_));
+                                                   size, own_bytes, capacity_));
   }
   auto handle = platform_create_chunk(size);
   if (!handle) return std::move(handle).error();
   const ChunkId page{next_page_++};
-  pages_.emplace(raw(page), PageRecord{.handle = *handle, .size = size, .mappings = 0, .parts = {}});
+  pages_.emplace(raw(page), PageRecord{.handle = *handle, .size = size, .mappings = 0, .imported = false, .parts = {}});
   page_bytes_ += size;
   return page;
 }
@@ -108,6 +109,7 @@ Result<void> PlatformDriver::release_chunk(ChunkId page) {
   }
   if (auto done = platform_release_chunk(found->second.handle, found->second.size); !done) return done;
   page_bytes_ -= found->second.size;
+  if (found->second.imported) imported_bytes_ -= found->second.size;
   pages_.erase(found);
   return {};
 }
@@ -336,6 +338,48 @@ Result<void> PlatformDriver::copy_to_device(Address destination, HostBuffer sour
     return mapped;
   }
   return platform_copy_to_device(destination, **record, size);
+}
+
+Result<ExportedChunk> PlatformDriver::export_chunk(ChunkId page) {
+  if (!capabilities_.shareable_chunks) {
+    return refuse(Errc::unsupported, "export_chunk: this driver cannot share chunks (capability shareable_chunks)");
+  }
+  auto found = pages_.find(raw(page));
+  if (found == pages_.end()) return refuse(Errc::not_found, fmt::format("export_chunk: no page {}", raw(page)));
+  auto exported = platform_export_chunk(found->second.handle, found->second.size);
+  if (!exported) return exported;
+  exported->size = found->second.size;
+  return exported;
+}
+
+Result<ChunkId> PlatformDriver::import_chunk(int descriptor, Bytes offset, Bytes size) {
+  if (!capabilities_.shareable_chunks) {
+    return refuse(Errc::unsupported, "import_chunk: this driver cannot share chunks (capability shareable_chunks)");
+  }
+  if (descriptor < 0) {
+    return refuse(Errc::invalid_argument, fmt::format("import_chunk: descriptor {} is not a file descriptor", descriptor));
+  }
+  if (size == 0 || !is_aligned(size, granularity_) || !is_aligned(offset, granularity_)) {
+    return refuse(Errc::invalid_argument,
+                  fmt::format("import_chunk of {} bytes at offset {}: not granule multiples (the granule is {}; "
+                              "was the chunk exported by a driver of another granule?)",
+                              size, offset, granularity_));
+  }
+  auto handle = platform_import_chunk(descriptor, offset, size);
+  if (!handle) return std::move(handle).error();
+  const ChunkId page{next_page_++};
+  pages_.emplace(raw(page), PageRecord{.handle = *handle, .size = size, .mappings = 0, .imported = true, .parts = {}});
+  page_bytes_ += size;
+  imported_bytes_ += size;
+  return page;
+}
+
+Result<ExportedChunk> PlatformDriver::platform_export_chunk(PlatformHandle, Bytes) {
+  return refuse(Errc::unsupported, "export_chunk is not implemented");
+}
+
+Result<PlatformHandle> PlatformDriver::platform_import_chunk(int, Bytes, Bytes) {
+  return refuse(Errc::unsupported, "import_chunk is not implemented");
 }
 
 Result<HostBufferRecord> PlatformDriver::platform_allocate_host(Bytes) {

@@ -22,6 +22,7 @@ struct PageRecord {
   PlatformHandle handle = 0;
   Bytes size = 0;
   std::uint32_t mappings = 0;
+  bool imported = false;  // import_chunk's: another process's memory, not counted against the capacity
   // Offset -> size of each part mapped now; kept only where a page maps at one address at a time
   // (no page_multi_mapping), to refuse a part mapped twice.
   std::map<Bytes, Bytes> parts;
@@ -81,6 +82,8 @@ class PlatformDriver : public Driver {
   Result<void> free_host(HostBuffer buffer) final;
   Result<void> copy_to_host(HostBuffer destination, Address source, Bytes size) final;
   Result<void> copy_to_device(Address destination, HostBuffer source, Bytes size) final;
+  Result<ExportedChunk> export_chunk(ChunkId chunk) final;
+  Result<ChunkId> import_chunk(int descriptor, Bytes offset, Bytes size) final;
 
  protected:
   PlatformDriver(std::string name, DriverCapabilities capabilities, Bytes granularity, Bytes capacity);
@@ -108,6 +111,11 @@ class PlatformDriver : public Driver {
   virtual Result<void> platform_free_host(const HostBufferRecord& buffer);
   virtual Result<void> platform_copy_to_host(const HostBufferRecord& destination, Address source, Bytes size);
   virtual Result<void> platform_copy_to_device(Address destination, const HostBufferRecord& source, Bytes size);
+  // Sharing (capability shareable_chunks): the chunk's descriptor, and a handle over an imported one. The
+  // import receives a descriptor >= 0 and a size that is a positive granule multiple; the platform checks
+  // what the descriptor names.
+  virtual Result<ExportedChunk> platform_export_chunk(PlatformHandle handle, Bytes size);
+  virtual Result<PlatformHandle> platform_import_chunk(int descriptor, Bytes offset, Bytes size);
 
   void set_capacity(Bytes capacity) noexcept { capacity_ = capacity; }
   void set_granularity(Bytes granularity) noexcept { granularity_ = granularity; }
@@ -139,6 +147,7 @@ class PlatformDriver : public Driver {
   Bytes host_bytes_ = 0;
   std::uint64_t next_host_buffer_ = 1;
   Bytes page_bytes_ = 0;
+  Bytes imported_bytes_ = 0;  // part of page_bytes_: chunks import_chunk made
   Bytes reserved_bytes_ = 0;
   Bytes mapped_bytes_ = 0;
   std::uint64_t next_page_ = 1;

@@ -1,4 +1,6 @@
 // The decorators around any driver: counting, fault injection, a capacity limit.
+#include <unistd.h>
+
 #include <cstring>
 
 #include "driver_fixtures.hpp"
@@ -95,6 +97,9 @@ TEST(FaultInjection, EveryKindOfCallCanBeFailed) {
       {DriverCall::free_host, [&] { return driver->free_host(buffer).ok(); }},
       {DriverCall::copy_to_host, [&] { return driver->copy_to_host(buffer, base, 4096).ok(); }},
       {DriverCall::copy_to_device, [&] { return driver->copy_to_device(base, buffer, 4096).ok(); }},
+      // Refused by a driver without shareable_chunks; injected before it is reached all the same.
+      {DriverCall::export_chunk, [&] { return driver->export_chunk(page).ok(); }},
+      {DriverCall::import_chunk, [&] { return driver->import_chunk(0, 0, 2 * MiB).ok(); }},
   };
   ASSERT_EQ(calls.size(), driver_call_count);
   const DriverCensus before = driver->census();
@@ -204,6 +209,46 @@ TEST(CapacityLimitDriver, LowersTheCapacityOfAnyDriver) {
   const ChunkId second = TESSERA_OK(driver.create_chunk(2 * MiB));
   TESSERA_OK(driver.release_chunk(first));
   TESSERA_OK(driver.release_chunk(second));
+  EXPECT_EQ(driver.census(), DriverCensus{});
+}
+
+}  // namespace
+}  // namespace tessera::testing
+
+namespace tessera::testing {
+namespace {
+
+// Sharing through the decorators: counted, and failed by the fault injector without reaching the driver
+// (no descriptor made, no chunk imported); the same calls succeed when tried again.
+TEST(FaultInjection, ExportAndImportAreCountedAndFailWithoutChangingTheDriver) {
+  auto faults = std::make_unique<FaultInjectingDriver>(
+      TESSERA_OK(make_host_driver({.capacity = 16 * MiB, .shareable_chunks = true})));
+  FaultInjectingDriver* steer = faults.get();
+  CountingDriver driver(std::move(faults));
+  const ChunkId chunk = TESSERA_OK(driver.create_chunk(2 * MiB));
+  const DriverCensus before = driver.census();
+
+  steer->fail(DriverCall::export_chunk, 1);
+  auto refused = driver.export_chunk(chunk);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(steer->injected(DriverCall::export_chunk), 1u);
+  const ExportedChunk exported = TESSERA_OK(driver.export_chunk(chunk));
+
+  steer->fail(DriverCall::import_chunk, 1);
+  EXPECT_FALSE(driver.import_chunk(exported.descriptor, exported.offset, exported.size).ok());
+  EXPECT_EQ(driver.census(), before) << "a failed import kept a chunk";
+  const ChunkId imported = TESSERA_OK(driver.import_chunk(exported.descriptor, exported.offset, exported.size));
+  close(exported.descriptor);
+  EXPECT_EQ(driver.census().pages, before.pages + 1);
+
+  EXPECT_EQ(driver.tally().calls_of(DriverCall::export_chunk), 2u);
+  EXPECT_EQ(driver.tally().failures_of(DriverCall::export_chunk), 1u);
+  EXPECT_EQ(driver.tally().calls_of(DriverCall::import_chunk), 2u);
+  EXPECT_EQ(driver.tally().failures_of(DriverCall::import_chunk), 1u);
+  EXPECT_EQ(to_string(DriverCall::export_chunk), "export_chunk");
+  EXPECT_EQ(to_string(DriverCall::import_chunk), "import_chunk");
+  TESSERA_OK(driver.release_chunk(imported));
+  TESSERA_OK(driver.release_chunk(chunk));
   EXPECT_EQ(driver.census(), DriverCensus{});
 }
 

@@ -8,6 +8,10 @@ std::vector<DriverFactory> available_drivers() {
   drivers.push_back({"host_cuda_like", [] {
                        return make_host_driver({.capacity = test_capacity, .require_set_access = true});
                      }});
+  // Every chunk a memfd of its own, so that another process can import it (capability shareable_chunks).
+  drivers.push_back({"host_shareable", [] {
+                       return make_host_driver({.capacity = test_capacity, .shareable_chunks = true});
+                     }});
   drivers.push_back({"sim", []() -> Result<std::unique_ptr<Driver>> {
                        auto sim = make_sim_driver({.capacity = test_capacity});
                        if (!sim) return std::move(sim).error();
@@ -25,6 +29,11 @@ std::vector<DriverFactory> available_drivers() {
   // The cuda driver's own code over a fake libcuda that serves the calls from host memory.
   drivers.push_back({"cuda_fake", [] {
                        return make_cuda_driver({.device = 0, .library = TESSERA_FAKE_CUDA_LIBRARY});
+                     }});
+  // The same with chunks created for sharing (a POSIX file descriptor handle requested).
+  drivers.push_back({"cuda_fake_shareable", [] {
+                       return make_cuda_driver(
+                           {.device = 0, .library = TESSERA_FAKE_CUDA_LIBRARY, .shareable_chunks = true});
                      }});
 #endif
 #ifdef TESSERA_FAKE_ASCEND_LIBRARY

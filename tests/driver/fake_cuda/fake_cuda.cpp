@@ -18,15 +18,24 @@
 // cannot capture, as on CUDA. Built with FAKE_CUDA_NO_STREAM_CAPTURE, cuStreamIsCapturing is not exported:
 // a libcuda without it.
 //
+// Sharing: cuMemExportToShareableHandle answers a duplicate of the allocation's memfd for an allocation
+// created with the POSIX file descriptor handle type requested (else CUDA_ERROR_INVALID_VALUE, as CUDA refuses
+// it); cuMemImportFromShareableHandle takes a descriptor of another fake allocation's memfd (anything else is
+// CUDA_ERROR_INVALID_VALUE) and keeps a duplicate of it, so the memory lives while either side holds it.
+// Imported memory is not counted against the limit. Built with FAKE_CUDA_NO_SHARING, neither is exported.
+//
 // Built with the CUDA driver's declarations of our own (the CUDA values: 0 success, 1 invalid value,
 // 2 out of memory, 3 not initialized, 100 no device, 101 invalid device, 201 invalid context, 400 invalid
 // handle, 401 illegal state, 600 not ready, 900 capture unsupported, 901 capture invalidated, 903 capture
 // unmatched).
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -67,6 +76,8 @@ struct AccessDesc {
 struct Allocation {
   int fd = -1;
   std::size_t size = 0;
+  bool shareable = false;  // created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR requested, or imported
+  bool imported = false;
 };
 
 struct State {
@@ -233,6 +244,9 @@ int cuDeviceGetAttribute(int* value, int attribute, int device) {
   if (int r = ready(); r != ok) return r;
   if (device < 0 || device >= state.device_count) return invalid_device;
   *value = attribute == 102 ? state.vmm_supported : 0;  // 102: VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+#ifndef FAKE_CUDA_NO_SHARING
+  if (attribute == 103) *value = 1;  // 103: HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+#endif
   return ok;
 }
 
@@ -327,7 +341,7 @@ int cuMemCreate(unsigned long long* handle, std::size_t size, const AllocationPr
     return out_of_memory;
   }
   *handle = state.next_handle++;
-  state.allocations.emplace(*handle, Allocation{fd, size});
+  state.allocations.emplace(*handle, Allocation{fd, size, prop->requestedHandleTypes == 1, false});
   state.used += size;
   return ok;
 }
@@ -339,10 +353,44 @@ int cuMemRelease(unsigned long long handle) {
   auto found = state.allocations.find(handle);
   if (found == state.allocations.end()) return invalid_handle;
   close(found->second.fd);
-  state.used -= found->second.size;
+  if (!found->second.imported) state.used -= found->second.size;
   state.allocations.erase(found);
   return ok;
 }
+
+#ifndef FAKE_CUDA_NO_SHARING
+int cuMemExportToShareableHandle(void* shareable, unsigned long long handle, int type, unsigned long long flags) {
+  std::lock_guard lock(mutex);
+  if (int r = ready(); r != ok) return r;
+  auto found = state.allocations.find(handle);
+  if (found == state.allocations.end()) return invalid_handle;
+  if (shareable == nullptr || type != 1 || flags != 0 || !found->second.shareable) return invalid_value;
+  const int copy = fcntl(found->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return out_of_memory;
+  *static_cast<int*>(shareable) = copy;
+  return ok;
+}
+
+int cuMemImportFromShareableHandle(unsigned long long* handle, void* shareable, int type) {
+  std::lock_guard lock(mutex);
+  if (int r = ready(); r != ok) return r;
+  if (handle == nullptr || type != 1) return invalid_value;
+  const int fd = static_cast<int>(reinterpret_cast<std::uintptr_t>(shareable));
+  char link[64];
+  char target[256] = {};
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  struct stat status {};
+  if (fstat(fd, &status) != 0 || readlink(link, target, sizeof target - 1) < 0 ||
+      std::strncmp(target, "/memfd:fake-cuda", 16) != 0) {
+    return invalid_value;
+  }
+  const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return out_of_memory;
+  *handle = state.next_handle++;
+  state.allocations.emplace(*handle, Allocation{copy, static_cast<std::size_t>(status.st_size), true, true});
+  return ok;
+}
+#endif
 
 int cuMemMap(unsigned long long at, std::size_t size, std::size_t offset, unsigned long long handle,
              unsigned long long flags) {
