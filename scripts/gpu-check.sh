@@ -237,6 +237,10 @@ if [[ -d "$BUILD" ]] && run_step capi-build 120 cmake --build "$BUILD" --paralle
   # (scripts/gpu-graph-check.py).
   run_step gpu-graph 60 env TESSERA_LIBRARY="$PWD/$BUILD/src/capi/libtessera_c.so" "${TESSERA_GPU_PYTHON:-python3}" \
     scripts/gpu-graph-check.py --out "$OUT" || STATUS=1
+  # 7c. A CUDA tensor shared between two processes through tessera.ipc, bytes checked both ways, and the
+  # sharer's free and next allocation leaving the child's view alone (scripts/gpu-ipc-check.py).
+  run_step gpu-ipc 60 env TESSERA_LIBRARY="$PWD/$BUILD/src/capi/libtessera_c.so" PYTHONPATH="$PWD/python" \
+    "${TESSERA_GPU_PYTHON:-python3}" scripts/gpu-ipc-check.py || STATUS=1
 else
   STATUS=1
 fi

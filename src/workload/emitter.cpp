@@ -72,6 +72,26 @@ void Emitter::resume(TraceTag tag) {
   if (room_for_one()) trace_.events.push_back(TraceEvent::resume(tag));
 }
 
+std::uint32_t Emitter::pool(PoolId id, PoolKind kind) {
+  for (std::size_t p = 0; p < trace_.pools.size(); ++p) {
+    if (trace_.pools[p].id == id) return static_cast<std::uint32_t>(p);
+  }
+  trace_.pools.push_back({id, kind});
+  return static_cast<std::uint32_t>(trace_.pools.size() - 1);
+}
+
+void Emitter::begin_pool(std::uint32_t pool, std::uint32_t stream) {
+  if (room_for_one()) trace_.events.push_back(TraceEvent::begin_pool(pool, stream));
+}
+
+void Emitter::end_pool(std::uint32_t pool) {
+  if (room_for_one()) trace_.events.push_back(TraceEvent::end_pool(pool));
+}
+
+void Emitter::release_pool(std::uint32_t pool) {
+  if (room_for_one()) trace_.events.push_back(TraceEvent::release_pool(pool));
+}
+
 Result<Trace> Emitter::finish(std::string_view what_to_lower) && {
   if (!bug_.empty()) return make_error(Errc::platform, fmt::format("workload {}: internal error: {}", trace_.name, bug_));
   if (full_) {

@@ -31,6 +31,11 @@ class Emitter {
   TraceTag tag(std::string_view name);
   void pause(TraceTag tag, bool backup);
   void resume(TraceTag tag);
+  // Private pools: a pool's index in the trace's pool table, added on first use; a graph capture's calls.
+  std::uint32_t pool(PoolId id, PoolKind kind);
+  void begin_pool(std::uint32_t pool, std::uint32_t stream);
+  void end_pool(std::uint32_t pool);
+  void release_pool(std::uint32_t pool);
 
   // True once the event limit is reached: later calls record nothing, and finish() fails.
   bool full() const noexcept { return full_; }

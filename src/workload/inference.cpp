@@ -12,6 +12,7 @@
 #include <deque>
 
 #include "workload/emitter.hpp"
+#include "workload/engine.hpp"
 #include "workload/event_estimate.hpp"
 #include "workload/model.hpp"
 #include "workload/random.hpp"
@@ -108,34 +109,7 @@ class Server {
   }
 
  private:
-  // fp16 weights, one tensor per parameter, as the model loader creates them (vLLM fuses QKV and
-  // gate+up). Norms and row-parallel biases are replicated over tp.
-  void load_weights() {
-    const ModelShape& m = s_.model;
-    const std::uint64_t t = s_.tp;
-    const std::uint64_t h = m.hidden;
-    const bool layernorm = m.norm == Norm::layernorm;
-    const std::uint64_t vocab = padded_vocab(m.vocab, t);
-    emitter_.alloc(half * vocab / t * h);
-    if (m.learned_positions) emitter_.alloc(half * (s_.max_prompt + s_.max_output) * h);
-    for (std::uint64_t l = 0; l < m.layers; ++l) {
-      emitter_.alloc(half * h);
-      if (layernorm) emitter_.alloc(half * h);
-      emitter_.alloc(half * h * m.qkv_features() / t);
-      if (m.bias) emitter_.alloc(half * m.qkv_features() / t);
-      emitter_.alloc(half * h / t * h);
-      if (m.bias) emitter_.alloc(half * h);
-      emitter_.alloc(half * h);
-      if (layernorm) emitter_.alloc(half * h);
-      emitter_.alloc(half * h * m.fc1_features() / t);
-      if (m.bias) emitter_.alloc(half * m.fc1_features() / t);
-      emitter_.alloc(half * m.ffn / t * h);
-      if (m.bias) emitter_.alloc(half * h);
-    }
-    emitter_.alloc(half * h);
-    if (layernorm) emitter_.alloc(half * h);
-    if (!m.tied_embeddings) emitter_.alloc(half * vocab / t * h);
-  }
+  void load_weights() { load_engine_weights(emitter_, s_.model, s_.tp, s_.max_prompt + s_.max_output); }
 
   void reserve_cache(Request& request, std::uint64_t tokens) {
     if (s_.paged) {
@@ -173,22 +147,7 @@ class Server {
     Handle hidden = emitter_.alloc(half * tokens * h);
     if (m.learned_positions) emitter_.free(emitter_.alloc(half * tokens * h));  // position embeddings, added
     const Handle residual = emitter_.alloc(half * tokens * h);  // the fused add+norm keeps the residual apart
-    for (std::uint64_t l = 0; l < m.layers; ++l) {
-      const Handle qkv = emitter_.alloc(half * tokens * m.qkv_features() / t);
-      const Handle attention = emitter_.alloc(half * tokens * h / t);
-      emitter_.free(qkv);
-      const Handle projected = emitter_.alloc(half * tokens * h);
-      emitter_.free(attention);
-      emitter_.free(hidden);  // add+norm in place into the residual and the projection's output
-      hidden = projected;
-      const Handle up = emitter_.alloc(half * tokens * m.fc1_features() / t);
-      const Handle activated = emitter_.alloc(half * tokens * m.ffn / t);
-      emitter_.free(up);
-      const Handle down = emitter_.alloc(half * tokens * h);
-      emitter_.free(activated);
-      emitter_.free(hidden);
-      hidden = down;
-    }
+    hidden = run_layers(emitter_, m, t, tokens, hidden);
     // Logits of each sequence's last token only, gathered over tp, sampled in fp32.
     const std::uint64_t vocab = padded_vocab(m.vocab, t);
     const Handle last = emitter_.alloc(half * sequences * h);

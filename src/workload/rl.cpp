@@ -27,7 +27,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "workload/actor_training.hpp"
 #include "workload/emitter.hpp"
+#include "workload/engine.hpp"
 #include "workload/event_estimate.hpp"
 #include "workload/model.hpp"
 #include "workload/random.hpp"
@@ -37,7 +39,6 @@ namespace tessera::workload {
 namespace {
 
 constexpr Bytes half = 2;  // bf16 weights and activations
-constexpr Bytes fp32 = 4;
 constexpr Bytes int64 = 8;
 
 struct RlSettings {
@@ -55,27 +56,6 @@ struct RlSettings {
   std::uint64_t seed = 0;
 };
 
-// Parameter counts (elements, whole model) of the units FSDP shards and gathers: the embedding, each
-// layer, and the final norm with the output layer.
-struct Units {
-  std::uint64_t embedding = 0;
-  std::uint64_t layer = 0;
-  std::uint64_t head = 0;
-};
-
-Units count_units(const ModelShape& m, std::uint64_t max_seq) {
-  const std::uint64_t h = m.hidden;
-  const std::uint64_t norm = m.norm == Norm::layernorm ? 2 * h : h;  // weight (and bias)
-  const std::uint64_t vocab = padded_vocab(m.vocab, 1);
-  Units units;
-  units.embedding = vocab * h + (m.learned_positions ? max_seq * h : 0);
-  // Two norms, QKV, output projection, the MLP's two matrices, and their biases.
-  units.layer = 2 * norm + h * m.qkv_features() + h * h + h * m.fc1_features() + m.ffn * h;
-  if (m.bias) units.layer += m.qkv_features() + h + m.fc1_features() + h;
-  units.head = norm + (m.tied_embeddings ? 0 : vocab * h);
-  return units;
-}
-
 struct Sequence {
   std::uint64_t prompt = 0;
   std::uint64_t output = 0;
@@ -88,7 +68,7 @@ class Colocated {
   explicit Colocated(const RlSettings& settings)
       : s_(settings), emitter_("rl", {StreamId{0}}),
         weights_(emitter_.tag("weights")), kv_cache_(emitter_.tag("kv_cache")),
-        units_(count_units(s_.model, s_.max_prompt + s_.max_output)),
+        actor_({s_.model, s_.fsdp, s_.micro_batch, s_.recompute, s_.max_prompt + s_.max_output}, emitter_),
         // K and V of one token in every layer, this device's KV heads.
         kv_block_bytes_(2 * s_.model.layers * (s_.model.kv_heads / s_.tp) * s_.model.head_dim() * half *
                         s_.block_tokens) {}
@@ -100,7 +80,9 @@ class Colocated {
       const std::vector<Sequence> sequences = rollout(step);
       emitter_.pause(weights_, /*backup=*/true);
       emitter_.pause(kv_cache_, /*backup=*/false);
-      train(sequences);
+      std::vector<std::uint64_t> lengths;
+      for (const Sequence& sequence : sequences) lengths.push_back(sequence.prompt + sequence.output);
+      actor_.train(lengths);
       wake();
     }
     return std::move(emitter_).finish("steps or rollout_batch");
@@ -115,28 +97,7 @@ class Colocated {
     const ModelShape& m = s_.model;
     const std::uint64_t t = s_.tp;
     const std::uint64_t h = m.hidden;
-    const bool layernorm = m.norm == Norm::layernorm;
-    const std::uint64_t vocab = padded_vocab(m.vocab, t);
-    auto weight = [this](Bytes bytes) { emitter_.alloc(bytes, 0, weights_); };
-    weight(half * vocab / t * h);
-    if (m.learned_positions) weight(half * (s_.max_prompt + s_.max_output) * h);
-    for (std::uint64_t l = 0; l < m.layers; ++l) {
-      weight(half * h);
-      if (layernorm) weight(half * h);
-      weight(half * h * m.qkv_features() / t);
-      if (m.bias) weight(half * m.qkv_features() / t);
-      weight(half * h / t * h);
-      if (m.bias) weight(half * h);
-      weight(half * h);
-      if (layernorm) weight(half * h);
-      weight(half * h * m.fc1_features() / t);
-      if (m.bias) weight(half * m.fc1_features() / t);
-      weight(half * m.ffn / t * h);
-      if (m.bias) weight(half * h);
-    }
-    weight(half * h);
-    if (layernorm) weight(half * h);
-    if (!m.tied_embeddings) weight(half * vocab / t * h);
+    load_engine_weights(emitter_, m, t, s_.max_prompt + s_.max_output, {0, weights_});
     emitter_.alloc(half * s_.rollout_batch * (m.qkv_features() / t + h / t + m.fc1_features() / t + m.ffn / t + h));
   }
 
@@ -189,7 +150,7 @@ class Colocated {
         reserve(sequence, sequence.prompt + generated);
         ++running;
       }
-      if (running > 0) sample(running);
+      if (running > 0) sample(emitter_, s_.model, s_.tp, running);
     }
     return sequences;
   }
@@ -203,154 +164,10 @@ class Colocated {
     const Handle ids = emitter_.alloc(int64 * tokens);
     Handle hidden = emitter_.alloc(half * tokens * h);
     const Handle residual = emitter_.alloc(half * tokens * h);
-    for (std::uint64_t l = 0; l < m.layers; ++l) {
-      const Handle qkv = emitter_.alloc(half * tokens * m.qkv_features() / t);
-      const Handle attention = emitter_.alloc(half * tokens * h / t);
-      emitter_.free(qkv);
-      const Handle projected = emitter_.alloc(half * tokens * h);
-      emitter_.free(attention);
-      emitter_.free(hidden);
-      hidden = projected;
-      const Handle up = emitter_.alloc(half * tokens * m.fc1_features() / t);
-      const Handle activated = emitter_.alloc(half * tokens * m.ffn / t);
-      emitter_.free(up);
-      const Handle down = emitter_.alloc(half * tokens * h);
-      emitter_.free(activated);
-      emitter_.free(hidden);
-      hidden = down;
-    }
-    sample(sequences);
+    hidden = run_layers(emitter_, m, t, tokens, hidden);
+    sample(emitter_, s_.model, s_.tp, sequences);
     emitter_.free(residual);
     emitter_.free(hidden);
-    emitter_.free(ids);
-  }
-
-  // The sampling buffers of one step: the last tokens' logits gathered over tp, in fp32, probabilities, ids.
-  void sample(std::uint64_t sequences) {
-    const std::uint64_t vocab = padded_vocab(s_.model.vocab, s_.tp);
-    const Handle logits = emitter_.alloc(half * sequences * vocab);
-    const Handle wide = emitter_.alloc(fp32 * sequences * vocab);
-    emitter_.free(logits);
-    const Handle probabilities = emitter_.alloc(fp32 * sequences * vocab);
-    const Handle sampled = emitter_.alloc(int64 * sequences);
-    emitter_.free(probabilities);
-    emitter_.free(wide);
-    emitter_.free(sampled);
-  }
-
-  // The units in order: embedding, layers, head.
-  std::vector<std::uint64_t> unit_elements() const {
-    std::vector<std::uint64_t> units{units_.embedding};
-    units.insert(units.end(), s_.model.layers, units_.layer);
-    units.push_back(units_.head);
-    return units;
-  }
-
-  std::uint64_t shard(std::uint64_t elements) const { return ceil_div(elements, s_.fsdp); }
-
-  // One training step over the rollout's sequences, `micro_batch` at a time, each padded to its longest.
-  void train(const std::vector<Sequence>& sequences) {
-    const std::vector<std::uint64_t> units = unit_elements();
-    // The actor loaded from host memory: fp32 weight shards (4 P / fsdp), Adam's moments (8 P / fsdp).
-    std::vector<Handle> actor;
-    std::vector<Handle> optimizer;
-    for (const std::uint64_t n : units) actor.push_back(emitter_.alloc(fp32 * shard(n)));
-    for (const std::uint64_t n : units) {
-      optimizer.push_back(emitter_.alloc(fp32 * shard(n)));  // exp_avg
-      optimizer.push_back(emitter_.alloc(fp32 * shard(n)));  // exp_avg_sq
-    }
-    std::vector<Handle> gradients(units.size(), no_block);  // fp32 shards (4 P / fsdp), made by the first backward
-    for (std::size_t first = 0; first < sequences.size(); first += s_.micro_batch) {
-      const std::size_t end = std::min(sequences.size(), first + s_.micro_batch);
-      std::uint64_t longest = 0;
-      for (std::size_t i = first; i < end; ++i) longest = std::max(longest, sequences[i].prompt + sequences[i].output);
-      micro_batch((end - first) * longest, units, gradients);
-    }
-    // The optimizer step, one unit at a time (an fp32 update buffer each), then gradients dropped and the
-    // optimizer states offloaded; the weights stay until they are copied into the engine.
-    for (std::size_t u = 0; u < units.size(); ++u) emitter_.free(emitter_.alloc(fp32 * shard(units[u])));
-    for (const Handle gradient : gradients) emitter_.free(gradient);
-    for (const Handle state : optimizer) emitter_.free(state);
-    actor_ = std::move(actor);
-  }
-
-  // Forward and backward of `tokens` tokens. A layer's input is saved; with recompute its other
-  // activations are made again in backward, else they are kept from forward.
-  void micro_batch(std::uint64_t tokens, const std::vector<std::uint64_t>& units, std::vector<Handle>& gradients) {
-    const ModelShape& m = s_.model;
-    const std::uint64_t h = m.hidden;
-    const std::uint64_t vocab = padded_vocab(m.vocab, 1);
-    auto layer_activations = [&] {
-      // QKV, attention output, MLP input and activation, down projection (bf16, whole layer: no tp).
-      return std::vector<Handle>{emitter_.alloc(half * tokens * m.qkv_features()), emitter_.alloc(half * tokens * h),
-                                 emitter_.alloc(half * tokens * m.fc1_features()), emitter_.alloc(half * tokens * m.ffn),
-                                 emitter_.alloc(half * tokens * h)};
-    };
-    auto free_all = [this](std::vector<Handle>& handles) {
-      for (const Handle handle : handles) emitter_.free(handle);
-      handles.clear();
-    };
-    const Handle ids = emitter_.alloc(int64 * tokens);
-    std::vector<Handle> saved;                    // per layer: its input
-    std::vector<std::vector<Handle>> kept;        // per layer, without recompute
-    Handle gathered = emitter_.alloc(half * units.front());  // the embedding, gathered whole in bf16
-    Handle hidden = emitter_.alloc(half * tokens * h);
-    emitter_.free(gathered);
-    for (std::uint64_t l = 0; l < m.layers; ++l) {
-      gathered = emitter_.alloc(half * units[1 + l]);
-      saved.push_back(hidden);
-      std::vector<Handle> activations = layer_activations();
-      hidden = emitter_.alloc(half * tokens * h);
-      if (s_.recompute) {
-        free_all(activations);
-      } else {
-        kept.push_back(std::move(activations));
-      }
-      emitter_.free(gathered);
-    }
-    // The head: logits in fp32 for the log-probabilities of the policy loss.
-    gathered = emitter_.alloc(half * units.back());
-    const Handle logits = emitter_.alloc(fp32 * tokens * vocab);
-    emitter_.free(gathered);
-    // Backward: the head, then the layers in reverse, each gathered again, its gradient reduce-scattered
-    // into the shard.
-    auto reduce = [&](std::size_t unit) {
-      const Handle whole = emitter_.alloc(half * units[unit]);  // the unit's bf16 gradient before reduce-scatter
-      if (gradients[unit] == no_block) gradients[unit] = emitter_.alloc(fp32 * shard(units[unit]));
-      emitter_.free(whole);
-    };
-    gathered = emitter_.alloc(half * units.back());
-    const Handle grad_logits = emitter_.alloc(fp32 * tokens * vocab);
-    emitter_.free(logits);
-    Handle grad_hidden = emitter_.alloc(half * tokens * h);
-    emitter_.free(grad_logits);
-    reduce(units.size() - 1);
-    emitter_.free(gathered);
-    emitter_.free(hidden);
-    for (std::uint64_t l = m.layers; l-- > 0;) {
-      gathered = emitter_.alloc(half * units[1 + l]);
-      std::vector<Handle> activations;
-      if (s_.recompute) {
-        activations = layer_activations();
-      } else {
-        activations = std::move(kept.back());
-        kept.pop_back();
-      }
-      const Handle grad_input = emitter_.alloc(half * tokens * h);
-      const Handle grad_mlp = emitter_.alloc(half * tokens * m.fc1_features());  // the largest temporary gradient
-      emitter_.free(grad_mlp);
-      free_all(activations);
-      emitter_.free(grad_hidden);
-      grad_hidden = grad_input;
-      emitter_.free(saved.back());
-      saved.pop_back();
-      reduce(1 + l);
-      emitter_.free(gathered);
-    }
-    gathered = emitter_.alloc(half * units.front());
-    reduce(0);
-    emitter_.free(gathered);
-    emitter_.free(grad_hidden);
     emitter_.free(ids);
   }
 
@@ -358,9 +175,7 @@ class Colocated {
   // the actor offloaded, then the KV cache.
   void wake() {
     emitter_.resume(weights_);
-    for (const std::uint64_t n : unit_elements()) emitter_.free(emitter_.alloc(half * n));
-    for (const Handle weight : actor_) emitter_.free(weight);
-    actor_.clear();
+    actor_.hand_over();
     emitter_.resume(kv_cache_);
   }
 
@@ -368,10 +183,9 @@ class Colocated {
   Emitter emitter_;
   const TraceTag weights_;
   const TraceTag kv_cache_;
-  const Units units_;
+  ActorTraining actor_;
   const Bytes kv_block_bytes_;
   std::vector<Handle> free_blocks_;  // KV blocks the engine holds and no sequence uses
-  std::vector<Handle> actor_;        // the actor's weight shards between training and wake
 };
 
 // The events of the settings, counted low (lengths at their means, the fewest events of each phase), so

@@ -23,4 +23,7 @@ Result<Trace> generate_inference(const Parameters& parameters);
 WorkloadDescription rl_description();
 Result<Trace> generate_rl(const Parameters& parameters);
 
+WorkloadDescription serving_description();
+Result<Trace> generate_serving(const Parameters& parameters);
+
 }  // namespace tessera::workload
