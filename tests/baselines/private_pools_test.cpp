@@ -233,7 +233,11 @@ TEST_P(EveryModelsPools, TheOutOfMemoryLadderFreesAReleasedPoolOnly) {
     }
     expect_consistent(*allocator, *driver);
     TESSERA_OK(allocator->empty_cache());
-    expect_empty(*driver);
+    // Every page is back. (The failed eager allocation may leave `expandable` an address range that never got
+    // a page: PyTorch keeps such a segment too, and it holds no memory.)
+    EXPECT_EQ(driver->census().pages, 0u);
+    EXPECT_EQ(driver->census().mappings, 0u);
+    if (released) expect_empty(*driver);
   }
 }
 
