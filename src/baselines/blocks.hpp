@@ -59,6 +59,7 @@ struct Block {
   BlockId prev = no_block;  // neighbours in the same segment
   BlockId next = no_block;
   std::uint32_t segment = 0;  // index into the owning model's segment table
+  std::uint32_t owner = 0;    // the private pool the block belongs to (1-based index), 0: the shared cache
   PoolKind pool = PoolKind::large;
   bool allocated = false;
   bool mapped = true;                   // false only for the unmapped ranges of expandable segments
@@ -110,13 +111,16 @@ inline PoolKey key_of(const Block& block, BlockId id) noexcept {
   return {stream_key(block.stream), block.size, block.address, id};
 }
 
-// The free blocks one request may be served from: small (≤ 1 MiB) or large, all streams in one set.
+// The free blocks one request may be served from: small (≤ 1 MiB) or large, all streams in one set; the
+// shared cache's, or a private pool's (PyTorch's BlockPool with its owner_PrivatePool).
 struct BlockPool {
-  BlockPool(bool small, std::pmr::memory_resource* resource) : blocks(resource), unmapped(resource), is_small(small) {}
+  BlockPool(bool small, std::pmr::memory_resource* resource, std::uint32_t owner_pool = 0)
+      : blocks(resource), unmapped(resource), is_small(small), owner(owner_pool) {}
 
   SizeOrderedSet blocks;       // free, mapped blocks
   AddressOrderedSet unmapped;  // expandable segments only: ranges without pages
   bool is_small;
+  std::uint32_t owner;                          // as Block::owner: 0 for the shared cache
   std::int64_t get_free_blocks_call_count = 0;  // PyTorch's clock for the GC's block ages
 };
 

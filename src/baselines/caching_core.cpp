@@ -112,6 +112,7 @@ Address CachingCore::alloc_found_block(BlockId id, Bytes size, Bytes requested, 
     remainder.size = block.size - size;
     remainder.stream = block.stream;
     remainder.segment = block.segment;
+    remainder.owner = block.owner;
     remainder.pool = block.pool;
     remainder.mapped = block.mapped;
     remainder.kind = block.kind;
@@ -309,7 +310,7 @@ void CachingCore::synchronize_and_free_events() {
 }
 
 Result<std::uint32_t> CachingCore::create_segment(Bytes size, Bytes page_size, AccessCalls access, StreamId stream,
-                                                  PoolKind pool) {
+                                                  PoolKind pool, std::uint32_t owner) {
   const std::optional<Bytes> mapped = round_up_checked(size, page_size);  // page sizes need not be powers of two
   if (!mapped || *mapped > driver_.capacity()) {
     return make_error(Errc::out_of_memory, fmt::format("{}: a segment of {} bytes is larger than the device ({} bytes)",
@@ -331,7 +332,8 @@ Result<std::uint32_t> CachingCore::create_segment(Bytes size, Bytes page_size, A
     id = static_cast<std::uint32_t>(segments_.size());
     segments_.emplace_back();
   }
-  segments_[id] = Segment{*base, size, page_size, std::move(pages), stream, pool, true};
+  segments_[id] = Segment{*base, size, page_size, std::move(pages), stream, pool, owner, true};
+  count_segment(owner, true);
   add_reserved(size);
   stats_.num_device_alloc += 1;
   notify(SegmentEvent::Kind::alloc, *base, size, stream, pool);
@@ -346,6 +348,7 @@ BlockId CachingCore::make_segment_block(std::uint32_t segment_id) {
   block.size = seg.size;
   block.stream = seg.stream;
   block.segment = segment_id;
+  block.owner = seg.owner;
   block.pool = seg.pool;
   return id;
 }
@@ -360,9 +363,96 @@ bool CachingCore::release_segment(std::uint32_t segment_id, bool synchronize) {
   memory_.release_reservation(seg.base);
   remove_reserved(seg.size);
   stats_.num_device_free += 1;
+  count_segment(seg.owner, false);
   seg = Segment{};
   free_segments_.push_back(segment_id);
   return true;
+}
+
+namespace {
+std::string describe_pool(PoolId id) { return fmt::format("pool ({}, {})", id.first, id.second); }
+}  // namespace
+
+Result<void> CachingCore::do_begin_allocate_to_pool(PoolId id, StreamFilter accepts, tessera::PoolKind /*kind*/) {
+  // PyTorch keeps graph pools and MemPools alike: both hold their blocks until released.
+  std::uint32_t owner = 0;
+  if (auto found = pools_in_use_.find(id); found != pools_in_use_.end()) {
+    owner = found->second;
+    // PyTorch refuses a second capture into a pool that is being captured into.
+    for (const Capture& capture : captures_) {
+      if (capture.owner == owner) {
+        return make_error(Errc::invalid_argument,
+                          fmt::format("{}: begin_allocate_to_pool of {}, which is already being allocated to", name_,
+                                      describe_pool(id)));
+      }
+    }
+    ++private_pools_[owner - 1].uses;  // another capture shares the pool
+  } else {
+    // A new pool (an id whose earlier pool was released names a new one), in the first free slot.
+    std::size_t slot = 0;
+    while (slot < private_pools_.size() && private_pools_[slot].live) ++slot;
+    owner = static_cast<std::uint32_t>(slot + 1);
+    if (slot == private_pools_.size()) private_pools_.emplace_back(&node_pool_, owner);
+    PrivatePool& pool = private_pools_[slot];
+    pool.id = id;
+    pool.uses = 1;
+    pool.segments = 0;
+    pool.live = true;
+    pools_in_use_.emplace(id, owner);
+  }
+  captures_.push_back(Capture{owner, std::move(accepts)});
+  return {};
+}
+
+Result<void> CachingCore::do_end_allocate_to_pool(PoolId id) {
+  auto found = pools_in_use_.find(id);
+  auto capture = found == pools_in_use_.end()
+                     ? captures_.end()
+                     : std::find_if(captures_.begin(), captures_.end(),
+                                    [&](const Capture& entry) { return entry.owner == found->second; });
+  if (capture == captures_.end()) {
+    return make_error(Errc::not_found, fmt::format("{}: end_allocate_to_pool of {}, which is not being allocated to",
+                                                   name_, describe_pool(id)));
+  }
+  captures_.erase(capture);
+  return {};
+}
+
+Result<void> CachingCore::do_release_pool(PoolId id) {
+  auto found = pools_in_use_.find(id);
+  if (found == pools_in_use_.end()) {
+    return make_error(Errc::not_found,
+                      fmt::format("{}: release_pool of {}, which no pool has (never begun, or released already)",
+                                  name_, describe_pool(id)));
+  }
+  const std::uint32_t owner = found->second;
+  PrivatePool& pool = private_pools_[owner - 1];
+  if (pool.uses == 1 && std::any_of(captures_.begin(), captures_.end(),
+                                    [&](const Capture& entry) { return entry.owner == owner; })) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{}: release_pool of {}, which is still being allocated to (end it first)", name_,
+                                  describe_pool(id)));
+  }
+  // Nothing is given back here, as in PyTorch: the pool becomes freeable, and release_cached_blocks frees its
+  // cached segments (and erases it once it holds none).
+  if (--pool.uses == 0) pools_in_use_.erase(found);
+  return {};
+}
+
+BlockPool& CachingCore::capture_pool_for(Bytes rounded, StreamId stream) {
+  for (const Capture& capture : captures_) {
+    if (capture.accepts(stream)) {
+      PrivatePool& pool = private_pools_[capture.owner - 1];
+      return rounded <= kSmallSize ? pool.small : pool.large;
+    }
+  }
+  return pool_for(rounded);
+}
+
+void CachingCore::count_segment(std::uint32_t owner, bool made) noexcept {
+  if (owner == 0) return;
+  std::size_t& segments = private_pools_[owner - 1].segments;
+  segments = made ? segments + 1 : segments - 1;
 }
 
 Error CachingCore::out_of_memory_unroundable(Bytes size, StreamId stream) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <deque>
+#include <map>
 #include <memory_resource>
 #include <optional>
 #include <string>
@@ -48,6 +49,7 @@ struct Segment {
   std::vector<ChunkId> pages;
   StreamId stream{};
   PoolKind pool = PoolKind::large;
+  std::uint32_t owner = 0;  // the private pool it was made for (Block::owner)
   bool live = false;
 };
 
@@ -63,6 +65,14 @@ class CachingCore : public DeviceAllocator {
  protected:
   Result<void> do_deallocate(Address block) final;
   Result<void> do_record_stream(Address block, StreamId stream) final;
+  // Private pools, as PyTorch's DeviceCachingAllocator keeps them (beginAllocateToPool, endAllocateToPool,
+  // releasePool; docs/baselines.md, "Private pools"): beginning adds a use (a new pool starts with one),
+  // ending stops the allocations into it, releasing takes a use away. A pool left without uses is
+  // "freeable": nothing is given back then, but the next release_cached_blocks (empty_cache, the last step
+  // of the out-of-memory ladder) frees its cached whole segments, and erases it once it holds none.
+  Result<void> do_begin_allocate_to_pool(PoolId pool, StreamFilter accepts, tessera::PoolKind kind) final;
+  Result<void> do_end_allocate_to_pool(PoolId pool) final;
+  Result<void> do_release_pool(PoolId pool) final;
   CachingCore(std::string name, Driver& driver, const BaselineOptions& options);
 
   // What a best-fit search found.
@@ -73,8 +83,22 @@ class CachingCore : public DeviceAllocator {
   };
 
   BlockPool& pool_for(Bytes rounded) noexcept { return rounded <= kSmallSize ? small_ : large_; }
+  // PyTorch's get_pool: while captures are under way, the first of them (in the order begun) whose filter
+  // accepts the stream takes the allocation into its private pool.
+  BlockPool& pool_for(Bytes rounded, StreamId stream) {
+    if (captures_.empty()) [[likely]] return pool_for(rounded);
+    return capture_pool_for(rounded, stream);
+  }
   PoolKind kind_of(const BlockPool& pool) const noexcept { return pool.is_small ? PoolKind::small : PoolKind::large; }
-  BlockPool& pool_of(const Block& block) noexcept { return block.pool == PoolKind::small ? small_ : large_; }
+  // The pool a block goes back to: the one it was allocated from, private or shared.
+  BlockPool& pool_of(const Block& block) noexcept {
+    if (block.owner == 0) [[likely]] return block.pool == PoolKind::small ? small_ : large_;
+    PrivatePool& owner = private_pools_[block.owner - 1];
+    return block.pool == PoolKind::small ? owner.small : owner.large;
+  }
+  // PyTorch skips event queries, synchronizations and release_cached_blocks on its out-of-memory path while
+  // any capture is under way (they would invalidate the capture).
+  bool captures_underway() const noexcept { return !captures_.empty(); }
 
   // PyTorch's get_free_block: best fit by (stream, size, address), the oversize rules, and with
   // expandable segments the preference for blocks that can grow less. Takes the block out of its pool.
@@ -111,7 +135,8 @@ class CachingCore : public DeviceAllocator {
   // num_device_alloc, and tells the observer. A segment larger than the device's capacity is out of memory
   // at once: nothing is reserved, and no list of its pages is made (it would be as long as the request is
   // large).
-  Result<std::uint32_t> create_segment(Bytes size, Bytes page_size, AccessCalls access, StreamId stream, PoolKind pool);
+  Result<std::uint32_t> create_segment(Bytes size, Bytes page_size, AccessCalls access, StreamId stream, PoolKind pool,
+                                       std::uint32_t owner = 0);
   // A block spanning a whole segment, free and in no pool.
   BlockId make_segment_block(std::uint32_t segment);
   // Unmaps and releases every page and the reservation (cudaFree). With `synchronize`, waits for the
@@ -150,6 +175,15 @@ class CachingCore : public DeviceAllocator {
   template <class Release>
   void release_whole_blocks(BlockPool& pool, Release&& release);
 
+  // PyTorch's release_cached_blocks for private pools: every freeable pool gives back its cached whole
+  // segments (`release` is called with its small and its large block pool), and one that holds no segment
+  // afterwards is erased.
+  template <class Release>
+  void release_freeable_pools(Release&& release);
+  // A private pool made (`made`) or gave back one segment: PyTorch's cudaMalloc_count. Models with segments of
+  // their own (expandable segments) call it; create_segment and release_segment do for the others.
+  void count_segment(std::uint32_t owner, bool made) noexcept;
+
   Error out_of_memory(Bytes size, Bytes rounded, Bytes segment_size, StreamId stream);
   // A request whose rounding passes 2^64: out of memory before any step of the ladder, which could not
   // size a segment for it.
@@ -170,6 +204,26 @@ class CachingCore : public DeviceAllocator {
   support::AddressTable<BlockId> live_;  // allocated blocks by address
   AllocatorStats stats_;
 
+  // PyTorch's PrivatePool. Index i + 1 is the owner number of private_pools_[i]; a slot is reused after
+  // its pool is erased.
+  struct PrivatePool {
+    PrivatePool(std::pmr::memory_resource* resource, std::uint32_t index)
+        : small(true, resource, index), large(false, resource, index) {}
+    PoolId id{};
+    std::uint32_t uses = 0;   // PyTorch's use_count: captures (graphs) that still use the pool
+    std::size_t segments = 0; // PyTorch's cudaMalloc_count
+    bool live = false;        // false: erased, the slot is free
+    BlockPool small;
+    BlockPool large;
+  };
+  struct Capture {
+    std::uint32_t owner;
+    StreamFilter accepts;
+  };
+  std::deque<PrivatePool> private_pools_;         // after node_pool_, whose nodes they use
+  std::map<PoolId, std::uint32_t> pools_in_use_;  // owner numbers of the pools with uses left, by id
+  std::vector<Capture> captures_;                 // PyTorch's captures_underway, in the order begun
+
  private:
   struct PendingFree {
     EventId event;
@@ -179,6 +233,8 @@ class CachingCore : public DeviceAllocator {
     StreamId stream;
     std::deque<PendingFree> entries;
   };
+
+  BlockPool& capture_pool_for(Bytes rounded, StreamId stream);
 
   Result<void> insert_events(BlockId id);
   void complete_free(BlockId id, bool direct);
@@ -264,6 +320,21 @@ void CachingCore::release_whole_blocks(BlockPool& pool, Release&& release) {
     const BlockId id = it->id;
     ++it;
     if (!blocks_[id].is_split()) release(id);
+  }
+}
+
+template <class Release>
+void CachingCore::release_freeable_pools(Release&& release) {
+  for (std::size_t i = 0; i < private_pools_.size(); ++i) {
+    PrivatePool& pool = private_pools_[i];
+    if (!pool.live || pool.uses != 0) continue;
+    release(pool.small);
+    release(pool.large);
+    if (pool.segments == 0 && pool.small.blocks.empty() && pool.large.blocks.empty() && pool.small.unmapped.empty() &&
+        pool.large.unmapped.empty()) {
+      pool.live = false;  // erased: nothing of it is left
+      pool.id = PoolId{};
+    }
   }
 }
 

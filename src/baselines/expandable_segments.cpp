@@ -15,6 +15,10 @@
 //     synchronized, then every free block gives back the whole pages inside it, after synchronizing its
 //     segment's stream; a segment whose pages are all gone gives its reservation back;
 //   - num_device_alloc counts map steps and num_device_free unmap steps, as PyTorch counts them.
+//   - private pools (CUDA graphs): the current source maps expandable segments for a private pool too (only
+//     Meta's internal build turns that off): the pool's own segments, per stream and size pool, grown and
+//     unmapped by the rules above, with the pool rules of the native model (CachingCore, docs/baselines.md
+//     "Private pools"); a freeable pool's fully unmapped segments give their reservation back.
 // Not modelled: garbage_collection_threshold (in PyTorch it finds no whole segment to free here, since
 // the unmapped tail is a neighbour of every block) and release_available_cached_blocks (with
 // max_split_size set PyTorch would assert on an expandable block there); both are skipped.
@@ -48,6 +52,7 @@ class ExpandableSegments final : public CachingCore {
     std::vector<std::optional<ChunkId>> pages;  // trimmed of trailing empty slots, like PyTorch's handles_
     StreamId stream{};
     PoolKind pool = PoolKind::large;
+    std::uint32_t owner = 0;  // the private pool it belongs to (Block::owner)
     bool live = false;
   };
 
@@ -72,12 +77,12 @@ class ExpandableSegments final : public CachingCore {
 };
 
 Result<Address> ExpandableSegments::do_allocate(Bytes size, StreamId stream) {
-  process_events();
+  if (!captures_underway()) process_events();  // event queries would invalidate a capture
   const std::optional<Bytes> rounded_size = round_size(size, options_.roundup_power2_divisions);
   const std::optional<Bytes> segment = rounded_size ? allocation_size(*rounded_size) : std::nullopt;
   if (!segment) return out_of_memory_unroundable(size, stream);
   const Bytes rounded = *rounded_size;
-  BlockPool& pool = pool_for(rounded);
+  BlockPool& pool = pool_for(rounded, stream);
   const Bytes segment_size = *segment;  // PyTorch checks the memory fraction against it
 
   BlockId block = no_block;
@@ -86,7 +91,7 @@ Result<Address> ExpandableSegments::do_allocate(Bytes size, StreamId stream) {
     auto made = alloc_block(pool, stream, rounded, segment_size, false);
     if (!made) return std::move(made).error();
     block = *made;
-    if (block == no_block) {
+    if (block == no_block && !captures_underway()) {
       release_cached_blocks();
       made = alloc_block(pool, stream, rounded, segment_size, true);
       if (!made) return std::move(made).error();
@@ -139,7 +144,9 @@ Result<BlockId> ExpandableSegments::find_expandable_block(BlockPool& pool, Strea
   seg.base = *base;
   seg.stream = stream;
   seg.pool = kind_of(pool);
+  seg.owner = pool.owner;
   seg.live = true;
+  count_segment(seg.owner, true);
   auto slot = std::find_if(segments_.begin(), segments_.end(), [](const ExpandableSegment& s) { return !s.live; });
   if (slot == segments_.end()) slot = segments_.insert(segments_.end(), ExpandableSegment{});
   *slot = std::move(seg);
@@ -150,6 +157,7 @@ Result<BlockId> ExpandableSegments::find_expandable_block(BlockPool& pool, Strea
   block.size = slot->max_pages * slot->page_size;
   block.stream = stream;
   block.segment = static_cast<std::uint32_t>(slot - segments_.begin());
+  block.owner = slot->owner;
   block.pool = slot->pool;
   block.mapped = false;
   insert_into_pool(id);
@@ -215,6 +223,7 @@ Result<bool> ExpandableSegments::map_block(BlockId id, Bytes size) {
     remainder.size = block.size - mapped;
     remainder.stream = block.stream;
     remainder.segment = block.segment;
+    remainder.owner = block.owner;
     remainder.pool = block.pool;
     remainder.mapped = false;
     remainder.prev = id;
@@ -259,6 +268,7 @@ void ExpandableSegments::unmap_block(BlockId id) {
     block.size = size;
     block.stream = seg.stream;
     block.segment = blocks_[id].segment;
+    block.owner = seg.owner;
     block.pool = seg.pool;
     block.prev = before;
     block.next = after;
@@ -287,6 +297,7 @@ void ExpandableSegments::release_expandable_segment(BlockId id) {
   ExpandableSegment& seg = segments_[blocks_[id].segment];
   erase_from_pool(id);
   memory_.release_reservation(seg.base);
+  count_segment(seg.owner, false);
   seg = ExpandableSegment{};
   blocks_.destroy(id);
 }
@@ -302,9 +313,20 @@ void ExpandableSegments::release_blocks(BlockPool& pool) {
 }
 
 void ExpandableSegments::release_cached_blocks() {
-  synchronize_and_free_events();
-  release_blocks(large_);
-  release_blocks(small_);
+  if (!captures_underway()) {  // as PyTorch: the shared cache waits until no capture is under way
+    synchronize_and_free_events();
+    release_blocks(large_);
+    release_blocks(small_);
+  }
+  release_freeable_pools([this](BlockPool& pool) {
+    release_blocks(pool);
+    // A segment left with no page at all gives its reservation back, so that the pool can be erased.
+    std::vector<BlockId> empty;
+    for (const PoolKey& key : pool.unmapped) {
+      if (!blocks_[key.id].is_split()) empty.push_back(key.id);
+    }
+    for (BlockId id : empty) release_expandable_segment(id);
+  });
 }
 
 Result<void> ExpandableSegments::empty_cache() {

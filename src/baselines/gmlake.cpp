@@ -20,7 +20,15 @@
 //     garbage collection frees stitched virtual ranges (in free order, only after their free event has
 //     completed), never physical memory, on empty_cache and once stitched address space passes 1000 GiB;
 //     physical chunks go only with their whole segment (empty_cache, the OOM ladder, the GC threshold);
-//   - every free records an event on the block's stream (GMLake's self_last_event).
+//   - every free records an event on the block's stream (GMLake's self_last_event);
+//   - private pools (CUDA graphs) as PyTorch 2.0 keeps them, whose allocator GMLake patches: a capture's
+//     allocations come from the pool's own block pools and chunked segments, its freed blocks go back there
+//     only, a pool released by its last graph is freed by the next release_cached_blocks (CachingCore,
+//     docs/baselines.md "Private pools").
+// Not modelled for private pools: GMLake keeps one set of free stitched blocks for every pool and takes a
+// large request of a capture to it too, and it splits the shared cache's blocks whose chunks such a block
+// uses; a graph could then be handed memory that eager allocations reuse. The model never stitches for a
+// private pool nor hands it a stitched block, so that a graph's memory stays its own.
 // Approximations, documented in docs/baselines.md: a stitched block is guarded by its own free event only
 // (GMLake also inherits the newest event of the blocks it stitches); the GC of stitched ranges on a failed
 // new allocation is not modelled (it needs more free device memory than the request, which never holds on
@@ -139,22 +147,23 @@ bool GMLake::should_split(const Block& block, Bytes size) const noexcept {
 
 Result<Address> GMLake::do_allocate(Bytes size, StreamId stream) {
   device_synced_ = false;
-  process_events();
+  if (!captures_underway()) process_events();  // event queries would invalidate a capture
   const std::optional<Bytes> rounded_size = round_request(size);
   const std::optional<Bytes> segment = rounded_size ? allocation_size(*rounded_size) : std::nullopt;
   if (!segment) return out_of_memory_unroundable(size, stream);
   const Bytes rounded = *rounded_size;
-  BlockPool& pool = pool_for(rounded);
+  BlockPool& pool = pool_for(rounded, stream);
   const Bytes segment_size = *segment;
   auto release = [this](BlockId id) { release_block(id); };
+  const bool shared = pool.owner == 0;  // stitching serves the shared cache only (see the header)
 
   BlockId block = no_block;
   const Search search = get_free_block(pool, stream, rounded, false, block);
   if (search != Search::found) {
     block = no_block;
-    if (search == Search::none && !pool.is_small) block = take_free_stitched(stream, rounded);
+    if (search == Search::none && !pool.is_small && shared) block = take_free_stitched(stream, rounded);
   }
-  if (block == no_block) block = stitch(stream, rounded);
+  if (block == no_block && shared) block = stitch(stream, rounded);
   if (block == no_block) {
     if (gc_enabled()) garbage_collect_cached_blocks(release);
     auto made = realloc_block(pool, stream, segment_size, false);
@@ -165,14 +174,14 @@ Result<Address> GMLake::do_allocate(Bytes size, StreamId stream) {
       if (!made) return std::move(made).error();
       block = *made;
     }
-    if (block == no_block) block = stitch(stream, rounded);
-    if (block == no_block) {
+    if (block == no_block && shared) block = stitch(stream, rounded);
+    if (block == no_block && !captures_underway()) {
       release_cached_blocks();
       made = realloc_block(pool, stream, segment_size, true);
       if (!made) return std::move(made).error();
       block = *made;
     }
-    if (block == no_block) block = stitch(stream, rounded);
+    if (block == no_block && shared) block = stitch(stream, rounded);
   }
   if (block == no_block) return out_of_memory(size, rounded, segment_size, stream);
 
@@ -189,7 +198,7 @@ Result<BlockId> GMLake::realloc_block(BlockPool& pool, StreamId stream, Bytes se
   const std::optional<Bytes> page = small ? round_up_checked(segment_size, memory_.granularity()) : kChunk;
   if (!page) return no_block;
   auto made = create_segment(segment_size, *page, small ? AccessCalls::whole_range : AccessCalls::per_page, stream,
-                             kind_of(pool));
+                             kind_of(pool), pool.owner);
   if (!made) {
     if (made.error().code == Errc::out_of_memory) return no_block;
     return std::move(made).error();
@@ -227,10 +236,13 @@ void GMLake::release_block(BlockId id) {
 }
 
 void GMLake::release_cached_blocks() {
-  synchronize_and_free_events();
   auto release = [this](BlockId id) { release_block(id); };
-  release_whole_blocks(large_, release);
-  release_whole_blocks(small_, release);
+  if (!captures_underway()) {
+    synchronize_and_free_events();
+    release_whole_blocks(large_, release);
+    release_whole_blocks(small_, release);
+  }
+  release_freeable_pools([&](BlockPool& pool) { release_whole_blocks(pool, release); });
 }
 
 Result<void> GMLake::empty_cache() {
@@ -292,6 +304,7 @@ void GMLake::split_into_runs(BlockId id, std::vector<BlockId>& borrowed) {
       after.size = block.size - (end - begin) * kChunk;
       after.stream = block.stream;
       after.segment = block.segment;
+      after.owner = block.owner;
       after.pool = block.pool;
       after.kind = original;
       after.prev = current;
@@ -403,6 +416,7 @@ BlockId GMLake::stitch(StreamId stream, Bytes size) {
     remainder.size = excess;
     remainder.stream = block.stream;
     remainder.segment = block.segment;
+    remainder.owner = block.owner;
     remainder.pool = block.pool;
     remainder.kind = original;
     remainder.prev = last;

@@ -14,6 +14,13 @@
 // frameworks call torch.cuda.empty_cache() before they wake the engine. Out of memory after that is an
 // answer here (the allocations resumed so far stay resumed, the others paused with their backups);
 // torch_memory_saver itself aborts the process.
+//
+// Private pools (CUDA graphs): torch_memory_saver has none of its own. It replaces cudaMalloc and cudaFree
+// under PyTorch's caching allocator, which keeps the graphs' private pools above it (its cuda_graph helper
+// only opens a region around torch.cuda.graph), so a graph's freed memory stays in PyTorch's pool. The hooks
+// go to the untagged model, PyTorch's rules. A tagged allocation keeps its own handle even while a pool is
+// active: its free gives the handle back, which no other allocation can reuse, so the graph's memory stays
+// apart; that it is not kept for the graph favours the model (docs/baselines.md, "Private pools").
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -106,6 +113,12 @@ class MemorySaver final : public DeviceAllocator {
     tagged_.erase(found);
     return {};
   }
+
+  Result<void> do_begin_allocate_to_pool(PoolId pool, StreamFilter accepts, tessera::PoolKind kind) override {
+    return as_own(untagged_->begin_allocate_to_pool(pool, std::move(accepts), kind));
+  }
+  Result<void> do_end_allocate_to_pool(PoolId pool) override { return as_own(untagged_->end_allocate_to_pool(pool)); }
+  Result<void> do_release_pool(PoolId pool) override { return as_own(untagged_->release_pool(pool)); }
 
   Result<void> do_record_stream(Address block, StreamId stream) override {
     if (tagged_.contains(block)) return {};  // its frees synchronize the device's streams anyway

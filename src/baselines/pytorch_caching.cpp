@@ -15,7 +15,13 @@
 //   - miss ladder: garbage collection (only with a memory fraction and a threshold), cudaMalloc, release
 //     enough whole cached segments ≥ max_split_size and retry, synchronize all events and release every
 //     whole cached segment and retry once (a "retry"), then out of memory;
-//   - a segment is freed (cudaFree) only by that ladder, the GC and empty_cache.
+//   - a segment is freed (cudaFree) only by that ladder, the GC and empty_cache;
+//   - private pools (CUDA graphs, MemPool): while a capture is under way, an allocation on a stream its filter
+//     accepts is served from the pool's own small and large block pools and segments, and its freed blocks go
+//     back there only; while any capture is under way, events are not processed and the last step of the
+//     ladder (synchronize, release every cached segment) is skipped; a pool released by its last user is
+//     freed by the next release_cached_blocks (empty_cache or that last step): its cached whole segments
+//     first, the pool itself once it holds no segment (CachingCore, docs/baselines.md "Private pools").
 // On a driver, cudaMalloc is reserve + create_chunk + map + set_access of the segment, and cudaFree waits for
 // the device (as cudaFree does implicitly), unmaps, releases the page and the reservation.
 #include <fmt/format.h>
@@ -39,18 +45,20 @@ class PyTorchCaching final : public CachingCore {
   Result<BlockId> alloc_block(BlockPool& pool, StreamId stream, Bytes segment_size, bool is_retry);
   // cudaFree of the segment of a whole free block in the pool.
   void release_block(BlockId id);
+  // PyTorch's release_cached_blocks: the shared cache's whole cached segments (not while a capture is under
+  // way) and those of the private pools that no capture uses any more.
   void release_cached_blocks();
   bool should_split(const Block& block, Bytes size) const noexcept;
   void release_model_memory() override {}
 };
 
 Result<Address> PyTorchCaching::do_allocate(Bytes size, StreamId stream) {
-  process_events();
+  if (!captures_underway()) process_events();  // event queries would invalidate a capture
   const std::optional<Bytes> rounded_size = round_size(size, options_.roundup_power2_divisions);
   const std::optional<Bytes> segment = rounded_size ? allocation_size(*rounded_size) : std::nullopt;
   if (!segment) return out_of_memory_unroundable(size, stream);
   const Bytes rounded = *rounded_size;
-  BlockPool& pool = pool_for(rounded);
+  BlockPool& pool = pool_for(rounded, stream);
   const Bytes segment_size = *segment;
 
   auto release = [this](BlockId id) { release_block(id); };
@@ -67,7 +75,7 @@ Result<Address> PyTorchCaching::do_allocate(Bytes size, StreamId stream) {
       if (!made) return std::move(made).error();
       block = *made;
     }
-    if (block == no_block) {
+    if (block == no_block && !captures_underway()) {
       release_cached_blocks();
       made = alloc_block(pool, stream, segment_size, true);
       if (!made) return std::move(made).error();
@@ -90,7 +98,7 @@ Result<BlockId> PyTorchCaching::alloc_block(BlockPool& pool, StreamId stream, By
   // cudaMalloc: one page for the whole segment.
   const std::optional<Bytes> page = round_up_checked(segment_size, memory_.granularity());
   if (!page) return no_block;
-  auto made = create_segment(segment_size, *page, AccessCalls::whole_range, stream, kind_of(pool));
+  auto made = create_segment(segment_size, *page, AccessCalls::whole_range, stream, kind_of(pool), pool.owner);
   if (!made) {
     if (made.error().code == Errc::out_of_memory) return no_block;
     return std::move(made).error();  // PyTorch throws on any other CUDA error
@@ -105,9 +113,13 @@ void PyTorchCaching::release_block(BlockId id) {
 }
 
 void PyTorchCaching::release_cached_blocks() {
-  synchronize_and_free_events();
-  release_whole_blocks(large_, [this](BlockId id) { release_block(id); });
-  release_whole_blocks(small_, [this](BlockId id) { release_block(id); });
+  auto release = [this](BlockId id) { release_block(id); };
+  if (!captures_underway()) {
+    synchronize_and_free_events();
+    release_whole_blocks(large_, release);
+    release_whole_blocks(small_, release);
+  }
+  release_freeable_pools([&](BlockPool& pool) { release_whole_blocks(pool, release); });
 }
 
 Result<void> PyTorchCaching::empty_cache() {

@@ -196,10 +196,21 @@ TEST(PoolTrace, ReplayKeepsAGraphPoolApartUntilItIsReleased) {
   EXPECT_EQ(released.events, graph_then_eager(true).events.size());
 }
 
-TEST(PoolTrace, AnAllocatorWithoutPoolsSaysSo) {
-  const ReplayResult result = replayed(graph_then_eager(false), "gmlake");
-  EXPECT_TRUE(result.pool_unsupported);
-  EXPECT_EQ(result.events, graph_then_eager(false).events.size());
+// Every baseline model keeps PyTorch's private pools now (none answers unsupported): the graph's memory stays
+// apart until the pool is released, and the released pool's memory then serves the eager block through the
+// out-of-memory ladder (PyTorch's release_cached_blocks).
+TEST(PoolTrace, EveryModelKeepsAGraphPoolApartUntilItIsReleased) {
+  for (const char* model : {"pytorch", "expandable", "gmlake", "memory-saver"}) {
+    const ReplayResult kept = replayed(graph_then_eager(false), model, 96 * MiB);
+    EXPECT_FALSE(kept.pool_unsupported) << model;
+    EXPECT_TRUE(kept.oom) << model << ": the graph's 64 MiB may not serve the eager block";
+    EXPECT_EQ(kept.oom_event, 4u) << model << ": the eager allocation";
+    const ReplayResult released = replayed(graph_then_eager(true), model, 96 * MiB);
+    EXPECT_FALSE(released.pool_unsupported) << model;
+    EXPECT_FALSE(released.oom) << model << ": a released pool's memory serves the eager block: "
+                               << released.oom_message;
+    EXPECT_EQ(released.events, graph_then_eager(true).events.size()) << model;
+  }
 }
 
 }  // namespace
