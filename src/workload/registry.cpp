@@ -22,6 +22,7 @@ const std::vector<Entry>& entries() {
       {workload::inference_description(), workload::generate_inference},
       {workload::finetune_description(), workload::generate_finetune},
       {workload::rl_description(), workload::generate_rl},
+      {workload::fsdp_description(), workload::generate_fsdp},
   };
   return all;
 }

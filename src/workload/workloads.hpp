@@ -23,4 +23,7 @@ Result<Trace> generate_inference(const Parameters& parameters);
 WorkloadDescription rl_description();
 Result<Trace> generate_rl(const Parameters& parameters);
 
+WorkloadDescription fsdp_description();
+Result<Trace> generate_fsdp(const Parameters& parameters);
+
 }  // namespace tessera::workload
