@@ -89,7 +89,7 @@ class FsdpTrainer {
         tokens_(c.batch * c.seq),
         gathered_(c.model.layers, no_block),
         staged_(c.model.layers, no_block),
-        sharded_grad_(c.model.layers + 1) {}
+        sharded_grad_(c.model.layers + 1, no_block) {}
 
   Result<Trace> run() {
     setup();
@@ -239,18 +239,18 @@ class FsdpTrainer {
 
   // The reduce-scatter of a unit's gradients: its input (the gradients cast to the reduce type, flat) and
   // output are made on the reduce-scatter stream, which reads the gradients (record_stream) before compute
-  // frees them. The input lives until the next reduce-scatter is issued; the first micro-batch's output
-  // becomes the sharded gradient, later ones are added into it (by compute) and freed.
+  // frees them. The previous unit's input is freed first: FSDP2 waits for that reduce-scatter when the next
+  // one begins. The first micro-batch's output becomes the sharded gradient (held until zero_grad), later
+  // ones are added into it (by compute) and freed.
   void reduce(std::size_t u, std::vector<Handle>& grads, bool first_micro_batch) {
     const std::uint64_t shard = unit(u).shard_total(c_.dp);
-    const Handle input = emitter_.alloc(c_.reduce_bytes * c_.dp * shard, reduce_scatter);
+    emitter_.free(in_flight_reduce_);
+    in_flight_reduce_ = emitter_.alloc(c_.reduce_bytes * c_.dp * shard, reduce_scatter);
     for (const Handle g : grads) {
       emitter_.record_stream(g, reduce_scatter);
       emitter_.free(g);
     }
     grads.clear();
-    if (in_flight_reduce_ != no_block) emitter_.free(in_flight_reduce_);
-    in_flight_reduce_ = input;
     const Handle output = emitter_.alloc(c_.reduce_bytes * shard, reduce_scatter);
     emitter_.record_stream(output, compute);
     if (first_micro_batch) {
