@@ -6,8 +6,7 @@
 // where each size comes from.
 #include <fmt/format.h>
 
-#include <deque>
-#include <map>
+#include <string_view>
 #include <vector>
 
 #include "workload/emitter.hpp"
@@ -59,6 +58,8 @@ struct Unit {
 
 // Parameter order inside a layer unit: norm1, qkv, proj, norm2, fc1, fc2 (biases folded into their weight).
 enum LayerParam : std::size_t { norm1, qkv, proj, norm2, fc1, fc2 };
+// What a layer's forward keeps for backward, in the order it makes them.
+enum SavedTensor : std::size_t { saved_norm1, saved_qkv, saved_attention, saved_lse, saved_norm2, saved_up, saved_act };
 
 Unit layer_unit(const Config& c) {
   const ModelShape& m = c.model;
@@ -199,14 +200,14 @@ class FsdpTrainer {
     const ModelShape& m = c_.model;
     const std::uint64_t t = c_.tp, T = tokens_, h = m.hidden;
     const auto grad = [&](LayerParam p) { grads.push_back(emitter_.alloc(bf16 * layer_.elements[p])); };
-    const auto saved_at = [&](std::size_t i) { return saved.blocks.at(i); };
+    const auto saved_at = [&](SavedTensor i) { return saved.blocks.at(i); };
     gemm("layer.fc2.dgrad");
     const Handle d_act = emitter_.alloc(bf16 * T * m.ffn / t);
     grad(fc2);
-    emitter_.free(saved_at(6));
+    emitter_.free(saved_at(saved_act));
     const Handle d_up = emitter_.alloc(bf16 * T * m.fc1_features() / t);
     emitter_.free(d_act);
-    emitter_.free(saved_at(5));
+    emitter_.free(saved_at(saved_up));
     gemm("layer.fc1.dgrad");
     const Handle d_n2 = emitter_.alloc(bf16 * T * h);
     grad(fc1);
@@ -214,24 +215,24 @@ class FsdpTrainer {
     const Handle d_h1 = emitter_.alloc(bf16 * T * h);  // dy through the residual plus the norm's gradient
     grad(norm2);
     emitter_.free(d_n2);
-    emitter_.free(saved_at(4));
+    emitter_.free(saved_at(saved_norm2));
     emitter_.free(dy);
     gemm("layer.proj.dgrad");
     const Handle d_attn = emitter_.alloc(bf16 * T * h / t);
     grad(proj);
     const Handle d_q = emitter_.alloc(bf16 * T * m.qkv_features() / t);
     emitter_.free(d_attn);
-    emitter_.free(saved_at(3));
-    emitter_.free(saved_at(2));
+    emitter_.free(saved_at(saved_lse));
+    emitter_.free(saved_at(saved_attention));
     gemm("layer.qkv.dgrad");
     const Handle d_n1 = emitter_.alloc(bf16 * T * h);
     grad(qkv);
     emitter_.free(d_q);
-    emitter_.free(saved_at(1));
+    emitter_.free(saved_at(saved_qkv));
     const Handle dx = emitter_.alloc(bf16 * T * h);
     grad(norm1);
     emitter_.free(d_n1);
-    emitter_.free(saved_at(0));
+    emitter_.free(saved_at(saved_norm1));
     emitter_.free(d_h1);
     saved.blocks.clear();
     return dx;
