@@ -41,6 +41,15 @@ void Emitter::free(Handle block) {
   trace_.events.push_back(TraceEvent::free(block, size_[block], stream_[block]));
 }
 
+void Emitter::record_stream(Handle block, std::uint32_t stream) {
+  if (block == no_block || full_) return;
+  if (block >= live_.size() || !live_[block]) {
+    if (bug_.empty()) bug_ = fmt::format("block {} is recorded on a stream but not live (event {})", block, trace_.events.size());
+    return;
+  }
+  if (room_for_one()) trace_.events.push_back(TraceEvent::record_stream(block, stream));
+}
+
 void Emitter::iteration(std::uint64_t index) {
   if (full_) return;
   if (trace_.events.size() >= event_limit_) {

@@ -26,6 +26,8 @@ class Emitter {
 
   Handle alloc(Bytes size, std::uint32_t stream = 0, TraceTag tag = trace_default_tag);
   void free(Handle block);
+  // The block is used by work on one more stream (Tensor.record_stream): its free waits for that stream too.
+  void record_stream(Handle block, std::uint32_t stream);
   void iteration(std::uint64_t index);
   // Tags: a name's index in the trace's tag table, added on first use; pause and resume events.
   TraceTag tag(std::string_view name);

@@ -23,6 +23,7 @@ const std::vector<Entry>& entries() {
       {workload::finetune_description(), workload::generate_finetune},
       {workload::rl_description(), workload::generate_rl},
       {workload::serving_description(), workload::generate_serving},
+      {workload::fsdp_description(), workload::generate_fsdp},
   };
   return all;
 }

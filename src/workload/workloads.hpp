@@ -25,5 +25,7 @@ Result<Trace> generate_rl(const Parameters& parameters);
 
 WorkloadDescription serving_description();
 Result<Trace> generate_serving(const Parameters& parameters);
+WorkloadDescription fsdp_description();
+Result<Trace> generate_fsdp(const Parameters& parameters);
 
 }  // namespace tessera::workload

@@ -35,7 +35,7 @@ TEST(Workloads, DescribeEveryParameterOnce) {
     EXPECT_TRUE(keys.contains("seed")) << description.name;
     EXPECT_TRUE(keys.contains("preset")) << description.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"training", "moe", "inference", "finetune", "rl"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"training", "moe", "inference", "finetune", "rl", "serving", "fsdp"}));
 }
 
 TEST(Workloads, UnknownWorkloadKeyOrValueIsNamed) {
