@@ -77,6 +77,7 @@ TEST(Workloads, EveryPresetGeneratesAValidTrace) {
       Settings settings = {{"preset", preset}, {"steps", "1"}};
       if (description.name == "inference") settings["steps"] = "32";
       if (description.name == "moe") settings["dp"] = "8", settings["ep"] = "4";
+      if (description.name == "serving") settings = {{"preset", preset}, {"cycles", "1"}, {"requests", "8"}};
       const Result<Trace> trace = generate_workload(description.name, settings);
       ASSERT_TRUE(trace.ok()) << description.name << " " << preset << ": " << trace.error().message;
       EXPECT_TRUE(validate(*trace).ok()) << description.name << " " << preset;
