@@ -1,5 +1,7 @@
 #include "workload/engine.hpp"
 
+#include <fmt/format.h>
+
 namespace tessera::workload {
 namespace {
 
@@ -72,6 +74,19 @@ void sample(Emitter& emitter, const ModelShape& m, std::uint64_t tp, std::uint64
   emitter.free(probabilities);
   emitter.free(wide);
   emitter.free(sampled);
+}
+
+void check_engine_settings(ParameterReader& reader, const ModelShape& m, std::uint64_t tp,
+                           const RequestLengths& lengths) {
+  reader.require(m.heads % tp == 0 && m.kv_heads % tp == 0, "tp",
+                 fmt::format("must divide heads={} and kv_heads={}", m.heads, m.kv_heads));
+  reader.require(m.ffn % tp == 0, "tp", fmt::format("must divide ffn={}", m.ffn));
+  reader.require(lengths.mean_prompt <= lengths.max_prompt, "mean_prompt",
+                 fmt::format("must not exceed max_prompt={}", lengths.max_prompt));
+  reader.require(lengths.mean_output <= lengths.max_output, "mean_output",
+                 fmt::format("must not exceed max_output={}", lengths.max_output));
+  reader.require(lengths.max_prefill_tokens >= lengths.max_prompt, "max_prefill_tokens",
+                 fmt::format("must hold the longest prompt, max_prompt={}", lengths.max_prompt));
 }
 
 }  // namespace tessera::workload

@@ -6,6 +6,7 @@
 
 #include "workload/emitter.hpp"
 #include "workload/model.hpp"
+#include "workload/parameters.hpp"
 
 namespace tessera::workload {
 
@@ -28,5 +29,16 @@ Handle run_layers(Emitter& emitter, const ModelShape& m, std::uint64_t tp, std::
 
 // The sampling buffers of one step: the last tokens' logits gathered over tp, in fp32, probabilities, ids.
 void sample(Emitter& emitter, const ModelShape& m, std::uint64_t tp, std::uint64_t sequences, Placing placing = {});
+
+// The request lengths and the prefill budget of an engine's settings.
+struct RequestLengths {
+  std::uint64_t mean_prompt = 0, max_prompt = 0, mean_output = 0, max_output = 0;
+  std::uint64_t max_prefill_tokens = 0;
+};
+
+// What every engine workload refuses, naming the key: a tp that does not divide the heads, the KV heads or
+// the MLP; a mean length above its longest; a prefill budget that cannot hold the longest prompt.
+void check_engine_settings(ParameterReader& reader, const ModelShape& m, std::uint64_t tp,
+                           const RequestLengths& lengths);
 
 }  // namespace tessera::workload

@@ -248,13 +248,8 @@ Result<Trace> generate_inference(const Parameters& parameters) {
   s.seed = reader.integer("seed", 0, UINT64_MAX);
   if (reader.ok()) {
     reader.require(s.steps != 0 || s.requests != 0, "steps", "and requests=0 would never end");
-    reader.require(s.model.heads % s.tp == 0 && s.model.kv_heads % s.tp == 0, "tp",
-                   fmt::format("must divide heads={} and kv_heads={}", s.model.heads, s.model.kv_heads));
-    reader.require(s.model.ffn % s.tp == 0, "tp", fmt::format("must divide ffn={}", s.model.ffn));
-    reader.require(s.mean_prompt <= s.max_prompt, "mean_prompt", fmt::format("must not exceed max_prompt={}", s.max_prompt));
-    reader.require(s.mean_output <= s.max_output, "mean_output", fmt::format("must not exceed max_output={}", s.max_output));
-    reader.require(s.max_prefill_tokens >= s.max_prompt, "max_prefill_tokens",
-                   fmt::format("must hold the longest prompt, max_prompt={}", s.max_prompt));
+    check_engine_settings(reader, s.model, s.tp,
+                          {s.mean_prompt, s.max_prompt, s.mean_output, s.max_output, s.max_prefill_tokens});
   }
   refuse_past_event_limit(reader, inference_event_terms(s));
   if (auto status = reader.status(); !status) return std::move(status).error();

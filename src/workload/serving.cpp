@@ -272,13 +272,8 @@ Result<Trace> generate_serving(const Parameters& parameters) {
   s.recompute = reader.flag("recompute");
   s.seed = reader.integer("seed", 0, UINT64_MAX);
   if (reader.ok()) {
-    reader.require(s.model.heads % s.tp == 0 && s.model.kv_heads % s.tp == 0, "tp",
-                   fmt::format("must divide heads={} and kv_heads={}", s.model.heads, s.model.kv_heads));
-    reader.require(s.model.ffn % s.tp == 0, "tp", fmt::format("must divide ffn={}", s.model.ffn));
-    reader.require(s.mean_prompt <= s.max_prompt, "mean_prompt", fmt::format("must not exceed max_prompt={}", s.max_prompt));
-    reader.require(s.mean_output <= s.max_output, "mean_output", fmt::format("must not exceed max_output={}", s.max_output));
-    reader.require(s.max_prefill_tokens >= s.max_prompt, "max_prefill_tokens",
-                   fmt::format("must hold the longest prompt, max_prompt={}", s.max_prompt));
+    check_engine_settings(reader, s.model, s.tp,
+                          {s.mean_prompt, s.max_prompt, s.mean_output, s.max_output, s.max_prefill_tokens});
     reader.require(s.kv_tokens >= s.max_prompt + s.max_output, "kv_tokens",
                    fmt::format("must hold the longest request, max_prompt + max_output = {}", s.max_prompt + s.max_output));
     reader.require(s.max_graph_batch <= s.max_batch, "max_graph_batch",
