@@ -184,8 +184,8 @@ TraceSummary summarize(const Trace& trace);
 // as a field.
 bool is_trace_tag_name(std::string_view name) noexcept;
 
-// The order of a private pool's events, as PyTorch calls them (DeviceAllocator::begin_allocate_to_pool): an end
-// closes a begin still open; a release takes one of the uses the begins gave, never the last while the pool is
+// The order of a private pool's events, as PyTorch calls them (DeviceAllocator::begin_allocate_to_pool): a begin
+// names a pool no capture is allocating to (PyTorch refuses a second one); an end closes the begin; a release takes one of the uses the begins gave, never the last while the pool is
 // still being allocated to. validate() and the readers (for their line numbers) keep one.
 class PoolOrder {
  public:

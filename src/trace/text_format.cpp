@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <map>
 #include <unordered_map>
 
 #include "tessera/trace.hpp"
@@ -158,6 +159,7 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
   std::unordered_map<std::string, TraceTag> tag_index{{std::string(default_tag_name), trace_default_tag}};
   std::vector<bool> paused{false};
   std::vector<TracePool> pools;
+  std::map<PoolId, std::uint32_t> pool_index;  // not a scan per line: a hostile file may declare millions
   PoolOrder pool_order;
   bool header = false;
   bool ended = false;
@@ -249,13 +251,12 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
       PoolId wanted;
       if (auto error = unsigned_field(index, "pool id", wanted.first)) return error;
       if (auto error = unsigned_field(index + 1, "pool id", wanted.second)) return error;
-      const auto found =
-          std::find_if(pools.begin(), pools.end(), [&](const TracePool& pool) { return pool.id == wanted; });
-      if (found == pools.end()) {
+      const auto found = pool_index.find(wanted);
+      if (found == pool_index.end()) {
         return fail(fmt::format("unknown pool ({}, {}) (declare it with 'pool {} {} graph|plain' before the first event)",
                                 wanted.first, wanted.second, wanted.first, wanted.second));
       }
-      found_pool = static_cast<std::uint32_t>(found - pools.begin());
+      found_pool = found->second;
       return {};
     };
 
@@ -307,10 +308,10 @@ Result<Trace> parse_text_inflated(std::string_view text, std::string_view source
       }
       declared.kind = fields[3] == "graph" ? PoolKind::graph : PoolKind::plain;
       if (declared.id == PoolId{}) return fail("pool (0, 0) names no pool");
-      if (std::any_of(pools.begin(), pools.end(), [&](const TracePool& pool) { return pool.id == declared.id; })) {
+      if (pools.size() >= std::numeric_limits<std::uint32_t>::max()) return fail("too many pools");
+      if (!pool_index.emplace(declared.id, static_cast<std::uint32_t>(pools.size())).second) {
         return fail(fmt::format("pool ({}, {}) is declared twice", declared.id.first, declared.id.second));
       }
-      if (pools.size() >= std::numeric_limits<std::uint32_t>::max()) return fail("too many pools");
       pools.push_back(declared);
     } else if (kind == "begin_pool" || kind == "end_pool" || kind == "release_pool") {
       const bool begin = kind == "begin_pool";

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -155,16 +156,16 @@ Result<void> validate_stacks(const Trace& trace) {
   return {};
 }
 
-// The pool table names each id once and never (0, 0), which names no pool.
+// The pool table names each id once and never (0, 0), which names no pool. A map, not a scan of the table
+// for each entry: a hostile trace may declare millions.
 Result<void> validate_pool_table(const Trace& trace) {
+  std::map<PoolId, std::size_t> seen;
   for (std::size_t p = 0; p < trace.pools.size(); ++p) {
     const PoolId id = trace.pools[p].id;
     if (id == PoolId{}) return make_error(Errc::invalid_argument, fmt::format("pool {} is (0, 0), which names no pool", p));
-    for (std::size_t q = 0; q < p; ++q) {
-      if (trace.pools[q].id == id) {
-        return make_error(Errc::invalid_argument,
-                          fmt::format("pool ({}, {}) is in the pool table twice ({} and {})", id.first, id.second, q, p));
-      }
+    if (const auto [first, inserted] = seen.emplace(id, p); !inserted) {
+      return make_error(Errc::invalid_argument, fmt::format("pool ({}, {}) is in the pool table twice ({} and {})",
+                                                            id.first, id.second, first->second, p));
     }
   }
   return {};
@@ -182,6 +183,10 @@ std::optional<std::string> PoolOrder::apply(TraceEventKind kind, std::uint64_t p
   const PoolId id = table[pool].id;
   switch (kind) {
     case TraceEventKind::begin_pool:
+      // PyTorch refuses a second capture into a pool that a capture is still allocating to.
+      if (active_[pool] > 0) {
+        return fmt::format("begins pool ({}, {}), which is being allocated to already", id.first, id.second);
+      }
       ++uses_[pool];
       ++active_[pool];
       return {};

@@ -116,6 +116,13 @@ TEST(PoolTrace, ValidateNamesEachMisuse) {
   }
   {
     Trace trace = pool_trace();
+    trace.events.insert(trace.events.begin() + 2, TraceEvent::begin_pool(0, 1));  // a second capture, nested
+    EXPECT_NE(error_of(trace).find("event 2 (begin_pool) begins pool (1, 2), which is being allocated to already"),
+              std::string::npos)
+        << error_of(trace);
+  }
+  {
+    Trace trace = pool_trace();
     trace.events.push_back(TraceEvent::release_pool(0));
     EXPECT_NE(error_of(trace).find("event 12 (release_pool) releases pool (1, 2), which has no use left"),
               std::string::npos)
@@ -143,6 +150,8 @@ TEST(PoolTrace, TheReaderNamesTheLine) {
             std::string::npos);
   EXPECT_NE(read_error(head + "begin_pool 1 2 0\nrelease_pool 1 2\nend\n").find("bad.trace:4:"), std::string::npos);
   EXPECT_NE(read_error(head + "release_pool 1 2\nend\n").find("no use left"), std::string::npos);
+  EXPECT_NE(read_error(head + "begin_pool 1 2 0\nbegin_pool 1 2 0\nend\n").find("bad.trace:4: 'begin_pool' begins"),
+            std::string::npos);
   EXPECT_NE(read_error(head + "pool 1 2 plain\nend\n").find("bad.trace:3: pool (1, 2) is declared twice"),
             std::string::npos);
   EXPECT_NE(read_error("tessera-trace 1\npool 0 0 graph\nend\n").find("bad.trace:2: pool (0, 0) names no pool"),
@@ -158,6 +167,24 @@ TEST(PoolTrace, TheReaderNamesTheLine) {
             std::string::npos);
   EXPECT_NE(read_error(head + "a 0 10\nrecord_stream 0\nend\n").find("'record_stream' takes 2 to 3 fields"),
             std::string::npos);
+}
+
+// A hostile file declares a great many pools and names them all: read in time linear in the lines, not the
+// square of the pools (each line looks its pool up; the table is checked once).
+TEST(PoolTrace, ManyPoolsAreReadWithoutAScanPerLine) {
+  constexpr std::uint64_t pools = 200'000;
+  std::string text = "tessera-trace 1\n";
+  for (std::uint64_t p = 1; p <= pools; ++p) text += "pool " + std::to_string(p) + " 7 plain\n";
+  for (std::uint64_t p = 1; p <= pools; ++p) {
+    const std::string id = std::to_string(p) + " 7";
+    text += "begin_pool " + id + " 0\nend_pool " + id + "\nrelease_pool " + id + "\n";
+  }
+  text += "end\n";
+  Result<Trace> read = parse_text_trace(text, "many.trace");
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  EXPECT_EQ(read->pools.size(), pools);
+  EXPECT_EQ(read->events.size(), 3 * pools);
+  EXPECT_TRUE(validate(*read).ok());
 }
 
 ReplayResult replayed(const Trace& trace, std::string allocator, std::optional<Bytes> capacity = std::nullopt) {
