@@ -116,7 +116,8 @@ run_target() {
   local dict=()
   [[ -f "$TESSERA_ROOT/fuzz/dicts/$target.dict" ]] && dict=(-dict="$TESSERA_ROOT/fuzz/dicts/$target.dict")
   rm -rf "$artifacts/$target"  # what an earlier run kept was reported then
-  mkdir -p "$corpora/$target" "$artifacts/$target" "$TESSERA_ROOT/fuzz/regressions/$target"
+  # libFuzzer refuses a corpus folder that is missing; a target whose seeds are its regressions has none.
+  mkdir -p "$corpora/$target" "$seeds/$target" "$artifacts/$target" "$TESSERA_ROOT/fuzz/regressions/$target"
   local begin=$(date +%s)
   local status=0
   "$build/fuzz/fuzz_$target" "${limit[@]}" -max_len="${max_len[$target]}" -timeout=30 -rss_limit_mb=3072 \
