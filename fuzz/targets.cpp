@@ -27,6 +27,7 @@
 #include "tessera/trace.hpp"
 #include "support/stream_witness.hpp"
 #include "core/export_handle.hpp"
+#include "support/export_liveness.hpp"
 
 namespace tessera::fuzz {
 
@@ -1182,9 +1183,17 @@ int run_export_handle(const std::uint8_t* data, std::size_t size) {
     if (!made) throw Failure("export_handle: no host driver: " + made.error().message);
     return std::move(made).value();
   }();
-  const std::size_t descriptors = data[0] % (memfds.size() + 1);
+  // The liveness descriptors: a live exporter's, a gone one's (stale), and a memfd that is none.
+  static ExportLiveness live_exporter;
+  static const int live = live_exporter.hand_out().value();
+  static const int gone = [] {
+    ExportLiveness exporter;
+    return exporter.hand_out().value();
+  }();
+  std::vector<int> descriptors(memfds.begin(), memfds.begin() + (data[0] & 0x0f) % (memfds.size() + 1));
+  descriptors.push_back((data[0] & 0x80) != 0 ? gone : (data[0] & 0x40) != 0 ? memfds[0] : live);
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data + 1), size - 1);
-  Result<ExportedBlock> block = core::decode_export(bytes, std::span(memfds.data(), descriptors));
+  Result<ExportedBlock> block = core::decode_export(bytes, descriptors);
   if (!block) {
     if (block.error().code != Errc::invalid_argument) fail(target, "a decoding error that is not invalid_argument");
     if (!block.error().message.starts_with("tessera: an export handle")) {

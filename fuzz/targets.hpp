@@ -43,7 +43,9 @@ int run_allocator_config(const std::uint8_t* data, std::size_t size);
 // data oracle, the stream-contract witness and the invariant checks (targets.cpp has the byte format).
 int run_allocator_ops(const std::uint8_t* data, std::size_t size);
 // An export handle (core/export_handle.hpp) as another process would send it: the first byte says how many
-// descriptors come with it (real memfds of 4 MiB), the rest is the handle. A refusal is Errc::invalid_argument
+// chunk descriptors come with it (its low four bits modulo 9: real memfds of 4 MiB) and which liveness
+// descriptor follows them (bit 7: a gone exporter's, bit 6: a memfd, else a live exporter's); the rest is the
+// handle. A refusal is Errc::invalid_argument
 // naming the handle (or, once decoded, what does not add up or cannot be imported); an accepted handle
 // encodes back to the same bytes, and an import that succeeds maps what it says and closes leaving nothing.
 int run_export_handle(const std::uint8_t* data, std::size_t size);

@@ -164,6 +164,12 @@ struct ExportedBlock {
   std::vector<ExportedPiece> pieces;
   Bytes size = 0;     // the block's bytes, as requested
   Bytes granule = 0;  // the exporter's; an importer of another granule refuses the block
+  // A descriptor the caller owns beside the chunks' that reads as hung up once the exporter is gone (its
+  // process exited, or its allocator went): a handle is then stale and its import refused.
+  int liveness = -1;
+  // Where the block lies in the exporting process, and which process that is, to name a stale handle.
+  Address origin = 0;
+  std::uint32_t origin_process = 0;
 };
 
 class TesseraAllocator : public DeviceAllocator {
@@ -228,12 +234,15 @@ class TesseraAllocator : public DeviceAllocator {
   // or a page with another is refused, naming it. From now on the block is exported: pausing its tag is
   // refused, and at its free its pages are unmapped and retired — never reused for another block — and their
   // chunks go back to the device once nothing else of them is mapped. On a failure nothing changed (the
-  // descriptors made so far are closed).
+  // descriptors made so far are closed). The liveness descriptor is the caller's too.
   virtual Result<ExportedBlock> export_block(Address address) = 0;
   // import_block: maps a block another process exported at a range of this allocator's own, with access:
   // the address of its first byte. The descriptors stay the caller's. A block that does not add up (no piece,
   // a piece off the granule or past its chunk, a granule not this allocator's, a size larger than the pieces)
-  // is Errc::invalid_argument naming what is wrong; on any failure nothing is kept.
+  // is Errc::invalid_argument naming what is wrong, and so is a stale one, whose exporter is gone (its
+  // liveness descriptor hung up); on any failure nothing is kept. A block freed by its exporter since the
+  // export is not stale: the chunks' descriptors hold its memory, and the importer gets its bytes as they
+  // were at the free (as a block PyTorch sent to another process stays held until that process releases it).
   virtual Result<Address> import_block(const ExportedBlock& block) = 0;
   // close_import: proves the device done (a device-wide synchronize), unmaps, releases the imported chunks
   // and the range. An address that is no imported block is Errc::not_found. A failure leaves the rest to a

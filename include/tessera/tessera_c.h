@@ -144,14 +144,17 @@ TESSERA_C_API const char* tessera_version(void);
  *
  * tessera_export: the block that starts at `ptr` on `device`, exported: a handle (a versioned byte string of
  * at most a few KiB, written to `handle`, its length to *handle_size) and one descriptor per chunk under the
- * block (written to `descriptors`, their count to *descriptor_count), which are the caller's: send them with
+ * block, then one that tells an importer whether this process's allocator is still there (written to
+ * `descriptors`, their count to *descriptor_count), which are the caller's: send them with
  * the handle, then close them. The block must lie on whole granules (allocate a multiple of 2 MiB); from now
  * on its tag cannot be paused, and at its free its pages are never reused for another block. 0 on success; -1
  * and a message: not a live block (NOT_FOUND), a block that shares a granule, or buffers too small — the
  * sizes needed are written all the same — (INVALID_ARGUMENT), a driver that cannot share (UNSUPPORTED).
  * tessera_import: maps a block another process exported at addresses of this process, with access: its first
  * byte, or NULL and a message (a handle that is not one, truncated, of another version, whose sizes do not add
- * up, or whose descriptors do not match: INVALID_ARGUMENT, naming what is wrong; nothing is kept). The
+ * up, or whose descriptors do not match, or a stale one — its exporting process exited before the import —:
+ * INVALID_ARGUMENT, naming what is wrong; nothing is kept). A block freed by its exporter
+ * since the export still imports, with its bytes as they were at the free. The
  * descriptors stay the caller's (close them after). tessera_close_import unmaps it (after a device-wide
  * synchronize) and gives back what the import took; an address that is no import is NOT_FOUND.
  * tessera_send_handle / tessera_receive_handle: a handle and its descriptors in one message over a connected

@@ -16,7 +16,9 @@ The lifetime rule (docs/allocator.md): what a process opened stays valid until i
 sharing process does after — frees the tensor, exits —; the sharing process never reuses that memory for another
 tensor, and a pause of its tag is refused while the tensor lives there. A handle's descriptors travel with
 multiprocessing's descriptor passing (multiprocessing.reduction.DupFd), so it must be unpickled while the
-process that pickled it lives.
+process that pickled it lives. A handle is stale once the sharing process has exited: open() then raises
+TesseraValueError naming the block and the process. A tensor freed by the sharing process after share() is
+not stale: open() gives its bytes as they were at the free.
 """
 
 import ctypes

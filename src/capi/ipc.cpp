@@ -53,18 +53,18 @@ int tessera_export(int device, void* ptr, void* handle, size_t handle_capacity, 
     auto exported = found->allocator->export_block(address_of(ptr));
     if (!exported) return fail(function, exported.error());
     const std::vector<std::byte> bytes = core::encode_export(*exported);
+    const std::vector<int> made = core::export_descriptors(*exported);
     *handle_size = bytes.size();
-    *descriptor_count = exported->chunks.size();
-    if (bytes.size() > handle_capacity || exported->chunks.size() > descriptor_capacity) {
-      for (const ExportedChunk& chunk : exported->chunks) close(chunk.descriptor);
+    *descriptor_count = made.size();
+    if (bytes.size() > handle_capacity || made.size() > descriptor_capacity) {
+      for (int descriptor : made) close(descriptor);
       return fail(function, make_error(Errc::invalid_argument,
                                        fmt::format("the handle needs {} bytes and {} descriptors; room was given for "
                                                    "{} and {} (the block stays exported; call again with room)",
-                                                   bytes.size(), exported->chunks.size(), handle_capacity,
-                                                   descriptor_capacity)));
+                                                   bytes.size(), made.size(), handle_capacity, descriptor_capacity)));
     }
     std::memcpy(handle, bytes.data(), bytes.size());
-    for (std::size_t i = 0; i < exported->chunks.size(); ++i) descriptors[i] = exported->chunks[i].descriptor;
+    std::copy(made.begin(), made.end(), descriptors);
     return 0;
   });
 }

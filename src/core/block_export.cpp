@@ -79,10 +79,20 @@ Result<ExportedBlock> TesseraAllocatorImpl::export_block(Address address) {
                                             .size = Bytes{granules} * g});
     slot += granules;
   }
+  auto liveness = ipc_.hand_out_liveness();
+  if (!liveness) {
+    return refuse_export(address, liveness.error().code,
+                         fmt::format("no liveness descriptor for its importer; nothing changed: {}",
+                                     liveness.error().message));
+  }
+  exported.liveness = *liveness;
+  exported.origin = address;
+  exported.origin_process = static_cast<std::uint32_t>(::getpid());
   for (ChunkId chunk : chunks) {
     auto made = mapper_.export_chunk(chunk);
     if (!made) {
       for (const ExportedChunk& done : exported.chunks) ::close(done.descriptor);
+      ::close(exported.liveness);
       return refuse_export(address, made.error().code,
                            fmt::format("exporting chunk {} of {} failed; nothing changed: {}", exported.chunks.size() + 1,
                                        chunks.size(), made.error().message));

@@ -9,7 +9,7 @@ namespace tessera::core {
 namespace {
 
 constexpr char magic[4] = {'T', 'S', 'I', 'P'};
-constexpr std::size_t header_bytes = 4 + 4 + 8 + 8 + 4 + 4;
+constexpr std::size_t header_bytes = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4;
 constexpr std::size_t chunk_bytes = 16;
 constexpr std::size_t piece_bytes = 24;
 
@@ -39,6 +39,8 @@ std::vector<std::byte> encode_export(const ExportedBlock& block) {
   put<std::uint32_t>(out, export_handle_version);
   put<std::uint64_t>(out, block.size);
   put<std::uint64_t>(out, block.granule);
+  put<std::uint64_t>(out, block.origin);
+  put<std::uint32_t>(out, block.origin_process);
   put<std::uint32_t>(out, static_cast<std::uint32_t>(block.chunks.size()));
   put<std::uint32_t>(out, static_cast<std::uint32_t>(block.pieces.size()));
   for (const ExportedChunk& chunk : block.chunks) {
@@ -54,6 +56,14 @@ std::vector<std::byte> encode_export(const ExportedBlock& block) {
   return out;
 }
 
+std::vector<int> export_descriptors(const ExportedBlock& block) {
+  std::vector<int> descriptors;
+  descriptors.reserve(block.chunks.size() + 1);
+  for (const ExportedChunk& chunk : block.chunks) descriptors.push_back(chunk.descriptor);
+  descriptors.push_back(block.liveness);
+  return descriptors;
+}
+
 Result<ExportedBlock> decode_export(std::span<const std::byte> bytes, std::span<const int> descriptors) {
   if (bytes.size() < header_bytes) {
     return bad(fmt::format("of {} bytes is truncated: its header alone is {} bytes", bytes.size(), header_bytes));
@@ -67,6 +77,8 @@ Result<ExportedBlock> decode_export(std::span<const std::byte> bytes, std::span<
   ExportedBlock block;
   block.size = get<std::uint64_t>(bytes, at);
   block.granule = get<std::uint64_t>(bytes, at);
+  block.origin = get<std::uint64_t>(bytes, at);
+  block.origin_process = get<std::uint32_t>(bytes, at);
   const auto chunks = get<std::uint32_t>(bytes, at);
   const auto pieces = get<std::uint32_t>(bytes, at);
   if (chunks > export_handle_chunks_max || pieces > export_handle_pieces_max) {
@@ -78,9 +90,12 @@ Result<ExportedBlock> decode_export(std::span<const std::byte> bytes, std::span<
     return bad(fmt::format("of {} bytes should be {} for its {} chunks and {} pieces ({})", bytes.size(), expected,
                            chunks, pieces, bytes.size() < expected ? "truncated" : "bytes after its end"));
   }
-  if (descriptors.size() != chunks) {
-    return bad(fmt::format("names {} chunks but {} descriptors came with it", chunks, descriptors.size()));
+  if (descriptors.size() != std::size_t{chunks} + 1) {
+    return bad(fmt::format("names {} chunks but {} descriptors came with it ({} expected: one per chunk and the "
+                           "exporter's liveness)",
+                           chunks, descriptors.size(), std::size_t{chunks} + 1));
   }
+  block.liveness = descriptors.back();
   block.chunks.resize(chunks);
   for (std::size_t i = 0; i < chunks; ++i) {
     block.chunks[i].descriptor = descriptors[i];

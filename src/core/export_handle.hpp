@@ -3,8 +3,9 @@
 // Flat, little-endian and versioned, so that a handle from another build, a truncated one or random bytes is
 // refused with an error naming what is wrong — never read past its end (fuzz/ feeds it arbitrary bytes).
 //
-// Layout, version 1: "TSIP" | u32 version | u64 size | u64 granule | u32 chunks | u32 pieces |
-//   per chunk: u64 offset, u64 size | per piece: u32 chunk, u32 0, u64 chunk_offset, u64 size.
+// Layout, version 2: "TSIP" | u32 version | u64 size | u64 granule | u64 origin | u32 origin_process |
+//   u32 chunks | u32 pieces | per chunk: u64 offset, u64 size | per piece: u32 chunk, u32 0, u64 chunk_offset,
+//   u64 size. The descriptors: one per chunk in order, then the exporter's liveness descriptor.
 #pragma once
 
 #include <cstddef>
@@ -15,12 +16,15 @@
 
 namespace tessera::core {
 
-inline constexpr std::uint32_t export_handle_version = 1;
+inline constexpr std::uint32_t export_handle_version = 2;
 inline constexpr std::size_t export_handle_chunks_max = 4096;
 inline constexpr std::size_t export_handle_pieces_max = 1 << 20;
 
 std::vector<std::byte> encode_export(const ExportedBlock& block);
-// The block the bytes describe, with `descriptors` given to its chunks in order (one each). The sizes are
+// The descriptors an exported block travels with: its chunks' in order, then its liveness descriptor.
+std::vector<int> export_descriptors(const ExportedBlock& block);
+// The block the bytes describe, with `descriptors` given to its chunks in order (one each) and the last to
+// its liveness. The sizes are
 // read, not checked against each other: IpcBook::check_importable does that before an import.
 Result<ExportedBlock> decode_export(std::span<const std::byte> bytes, std::span<const int> descriptors);
 

@@ -47,6 +47,14 @@ Result<void> IpcBook::check_importable(const ExportedBlock& block, Bytes granule
     return bad(fmt::format("is {} bytes, but its pieces hold {} (a block fills its last granule in part at most)",
                            block.size, span));
   }
+  // Last: a handle that adds up but whose exporter is gone is stale, not malformed.
+  auto gone = exporter_gone(block.liveness);
+  if (!gone) return bad(fmt::format("has a bad liveness descriptor: {}", gone.error().message));
+  if (*gone) {
+    return bad(fmt::format("is stale: block {:#x} of process {} was exported by an allocator that is gone (the "
+                           "process exited, or destroyed its allocator); export it again from a live process",
+                           block.origin, block.origin_process));
+  }
   return {};
 }
 

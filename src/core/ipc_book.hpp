@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "core/imported_block.hpp"
+#include "support/export_liveness.hpp"
 #include "tessera/allocator.hpp"
 
 namespace tessera::core {
@@ -22,6 +23,8 @@ class IpcBook {
   void forget_exported(Address block) { exported_.erase(block); }
   std::size_t exported_count() const noexcept { return exported_.size(); }
   const std::unordered_set<Address>& exported() const noexcept { return exported_; }
+  // A descriptor for an export's importer that hangs up once this allocator is gone (the caller owns it).
+  Result<int> hand_out_liveness() { return liveness_.hand_out(); }
 
   // Imported blocks, by the address handed out (their range's base).
   Address add_import(ImportedBlock block);
@@ -30,13 +33,15 @@ class IpcBook {
   std::size_t import_count() const noexcept { return imports_.size(); }
   std::map<Address, ImportedBlock>& imports() noexcept { return imports_; }
 
-  // Whether an exported block adds up for an importer of `granule`: Errc::invalid_argument naming the first
-  // thing that does not (docs/reliability.md, the bad-input catalogue).
+  // Whether an exported block adds up for an importer of `granule`, and its exporter is still there:
+  // Errc::invalid_argument naming the first thing that does not (docs/reliability.md, the bad-input
+  // catalogue).
   static Result<void> check_importable(const ExportedBlock& block, Bytes granule);
 
  private:
   std::unordered_set<Address> exported_;
   std::map<Address, ImportedBlock> imports_;
+  ExportLiveness liveness_;  // one for every export this allocator makes
 };
 
 }  // namespace tessera::core

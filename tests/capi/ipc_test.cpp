@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -153,16 +154,21 @@ TEST_F(CApiIpc, BadHandlesAreRefusedNamingWhatIsWrongAndKeepNothing) {
   refused(handle.bytes.data(), 12, handle.descriptors.data(), handle.count, "truncated");
   refused(handle.bytes.data(), handle.size - 1, handle.descriptors.data(), handle.count, "truncated");
   std::vector<unsigned char> versioned(handle.bytes.begin(), handle.bytes.begin() + handle.size);
-  versioned[4] = 2;
-  refused(versioned.data(), versioned.size(), handle.descriptors.data(), handle.count, "version 2");
+  versioned[4] = 3;
+  refused(versioned.data(), versioned.size(), handle.descriptors.data(), handle.count, "version 3");
   refused(handle.bytes.data(), handle.size, handle.descriptors.data(), 0, "descriptors came with it");
   std::vector<unsigned char> oversized(handle.bytes.begin(), handle.bytes.begin() + handle.size);
   oversized[8] = 0xff;  // the block's size, far past its pieces
   oversized[12] = 0xff;
   refused(oversized.data(), oversized.size(), handle.descriptors.data(), handle.count, "its pieces hold");
-  std::vector<int> wrong(handle.count, open("/dev/null", O_RDONLY | O_CLOEXEC));
+  const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  std::vector<int> wrong(handle.descriptors.begin(), handle.descriptors.begin() + handle.count);
+  std::fill(wrong.begin(), wrong.end() - 1, null);  // the chunks' wrong, the liveness right
   refused(handle.bytes.data(), handle.size, wrong.data(), wrong.size(), "not a memfd");
-  close(wrong[0]);
+  wrong = {handle.descriptors.begin(), handle.descriptors.begin() + handle.count};
+  wrong.back() = null;  // the chunks' right, the liveness wrong
+  refused(handle.bytes.data(), handle.size, wrong.data(), wrong.size(), "liveness descriptor");
+  close(null);
   handle.close_descriptors();
   tessera_free(block, block_bytes, exporter_device, nullptr);
 }

@@ -50,7 +50,7 @@ Side make_side(bool shareable = true) {
 unsigned char* bytes_at(Address at) { return reinterpret_cast<unsigned char*>(static_cast<std::uintptr_t>(at)); }
 
 void close_all(const ExportedBlock& block) {
-  for (const ExportedChunk& chunk : block.chunks) close(chunk.descriptor);
+  for (int descriptor : core::export_descriptors(block)) close(descriptor);
 }
 
 std::size_t open_descriptors() {
@@ -166,10 +166,40 @@ TEST_F(BlockExport, RefusalsNameWhatIsWrongAndChangeNothing) {
   EXPECT_EQ(importer_.driver->census(), DriverCensus{});
 }
 
+// A handle stays good while its exporter lives, its block freed or not (the descriptors hold the memory, with
+// the bytes as at the free); once the exporting allocator is gone it is stale: refused, naming the block and
+// the process, and nothing is kept.
+TEST_F(BlockExport, AHandleWhoseExporterIsGoneIsRefusedAsStaleAndKeepsNothing) {
+  Side gone = make_side();
+  const Address block = must(gone.allocator->allocate(block_bytes, default_stream));
+  std::memset(bytes_at(block), 0x44, block_bytes);
+  const ExportedBlock exported = must(gone.allocator->export_block(block));
+  must(gone.allocator->deallocate(block));
+  const Address there = must(importer_.allocator->import_block(exported));
+  EXPECT_EQ(bytes_at(there)[block_bytes - 1], 0x44) << "a freed block's handle lost its bytes";
+  must(importer_.allocator->close_import(there));
+
+  gone.allocator.reset();
+  auto stale = importer_.allocator->import_block(exported);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code, Errc::invalid_argument);
+  EXPECT_NE(stale.error().message.find(fmt::format("is stale: block {:#x} of process {}", block, getpid())),
+            std::string::npos)
+      << stale.error().message;
+  EXPECT_EQ(importer_.allocator->imported_blocks(), 0u);
+  EXPECT_EQ(importer_.driver->census(), DriverCensus{}) << "a stale import kept something";
+  close_all(exported);
+}
+
 // Fault injection: a failed export makes no descriptor and marks nothing; a failed unmap at the free keeps
 // the block live and exported with its bytes (check() holds) until a second free; a failed import keeps
 // nothing; a failed unmap at a close leaves the rest to a second close.
 TEST_F(BlockExport, AFailedDriverCallHalfwayLeavesBothSidesConsistent) {
+  {  // the allocator's liveness pair (two descriptors, made at its first export) is not the test's
+    const Address first = must(exporter_.allocator->allocate(block_bytes, default_stream));
+    close_all(must(exporter_.allocator->export_block(first)));
+    must(exporter_.allocator->deallocate(first));
+  }
   const Address block = must(exporter_.allocator->allocate(block_bytes, default_stream));
   std::memset(bytes_at(block), 0x33, block_bytes);
   const std::size_t descriptors = open_descriptors();
@@ -260,9 +290,7 @@ Address share_with(Side& side, const Child& child) {
   const Address block = must(side.allocator->allocate(block_bytes, default_stream));
   std::memset(bytes_at(block), 0x5A, block_bytes);
   const ExportedBlock exported = must(side.allocator->export_block(block));
-  std::vector<int> descriptors;
-  for (const ExportedChunk& chunk : exported.chunks) descriptors.push_back(chunk.descriptor);
-  must(send_descriptors(child.socket, core::encode_export(exported), descriptors));
+  must(send_descriptors(child.socket, core::encode_export(exported), core::export_descriptors(exported)));
   close_all(exported);
   must(receive_descriptors(child.socket, 1, 0));
   return block;
@@ -284,6 +312,39 @@ TEST(BlockExportBetweenProcesses, WritesAreSeenBothWaysAndTheImporterKeepsItsByt
   }
   close(child.socket);
   EXPECT_EQ(exit_code(child.pid), 0) << "the importer failed at a step of import_in_child";
+}
+
+// A process exports a block, sends the handle and exits before the import: the handle is stale there.
+TEST(BlockExportBetweenProcesses, AHandleFromAProcessThatExitedIsRefusedAsStale) {
+  std::array<int, 2> sockets{};
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets.data()), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(sockets[0]);
+    Side side = make_side();
+    auto block = side.allocator->allocate(block_bytes, default_stream);
+    if (!block) _exit(10);
+    auto exported = side.allocator->export_block(*block);
+    if (!exported) _exit(11);
+    if (!send_descriptors(sockets[1], core::encode_export(*exported), core::export_descriptors(*exported))) _exit(12);
+    _exit(0);  // its block live, its allocator never destroyed: only the exit ends the liveness
+  }
+  close(sockets[1]);
+  ASSERT_GT(pid, 0);
+  auto message = receive_descriptors(sockets[0], 4096, 64);
+  close(sockets[0]);
+  ASSERT_TRUE(message.ok()) << message.error().message;
+  ASSERT_EQ(exit_code(pid), 0);
+  const ExportedBlock exported = must(core::decode_export(message->bytes, message->descriptors));
+  EXPECT_EQ(exported.origin_process, static_cast<std::uint32_t>(pid));
+  Side side = make_side();
+  auto stale = side.allocator->import_block(exported);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_NE(stale.error().message.find(fmt::format("of process {} was exported by an allocator that is gone", pid)),
+            std::string::npos)
+      << stale.error().message;
+  EXPECT_EQ(side.driver->census(), DriverCensus{});
+  close_all(exported);
 }
 
 TEST(BlockExportBetweenProcesses, AnImporterKilledWithSigkillLeavesTheExporterHoldingNothingMore) {

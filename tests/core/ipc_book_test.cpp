@@ -1,13 +1,27 @@
 // The IPC book on its own: which blocks are exported, the imports by address, and the check an importer makes
-// of an exported block before it maps anything (each way a block may not add up, named).
+// of an exported block before it maps anything (each way a block may not add up, named; a stale one, whose
+// exporter is gone).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <optional>
+
 #include "core/ipc_book.hpp"
+#include "support/export_liveness.hpp"
 
 namespace tessera::core {
 namespace {
 
 constexpr Bytes granule = 2 * MiB;
+
+// The exporter's side of the liveness, alive for the whole test binary, and one descriptor of it.
+int live_descriptor() {
+  static ExportLiveness exporter;
+  static const int descriptor = exporter.hand_out().value();
+  return descriptor;
+}
 
 ExportedBlock good_block() {
   ExportedBlock block;
@@ -17,6 +31,9 @@ ExportedBlock good_block() {
                   ExportedChunk{.descriptor = 6, .offset = 0, .size = 2 * granule}};
   block.pieces = {ExportedPiece{.chunk = 0, .chunk_offset = 2 * granule, .size = 2 * granule},
                   ExportedPiece{.chunk = 1, .chunk_offset = 0, .size = 2 * granule}};
+  block.liveness = live_descriptor();
+  block.origin = 0x7f0000400000;
+  block.origin_process = 777;
   return block;
 }
 
@@ -65,6 +82,34 @@ TEST(IpcBook, EachWayABlockMayNotAddUpIsNamed) {
   block = good_block();
   block.size = 0;
   expect_refused(block, "is 0 bytes");
+
+  block = good_block();
+  block.liveness = -1;
+  expect_refused(block, "bad liveness descriptor");
+
+  block = good_block();
+  const int not_a_socket = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  block.liveness = not_a_socket;
+  expect_refused(block, "not a Unix stream socket");
+  close(not_a_socket);
+}
+
+// A handle is stale once the allocator that exported it is gone: every descriptor it handed out hangs up,
+// those handed out before and after a second export alike, and the check names the block and its process.
+TEST(IpcBook, AHandleWhoseExporterIsGoneIsStale) {
+  std::optional<ExportLiveness> exporter(std::in_place);
+  const int first = exporter->hand_out().value();
+  const int second = exporter->hand_out().value();
+  ExportedBlock block = good_block();
+  block.liveness = first;
+  EXPECT_TRUE(IpcBook::check_importable(block, granule).ok()) << "the exporter is still there";
+  EXPECT_FALSE(exporter_gone(second).value());
+  exporter.reset();
+  EXPECT_TRUE(exporter_gone(first).value());
+  EXPECT_TRUE(exporter_gone(second).value());
+  expect_refused(block, "is stale: block 0x7f0000400000 of process 777");
+  close(first);
+  close(second);
 }
 
 TEST(IpcBook, ExportsAndImportsAreKeptByAddress) {

@@ -6,8 +6,8 @@ driver with TESSERA_SHAREABLE=1), between two spawned processes:
   - the sharing process frees the tensor and allocates more of the same size: the other still reads its bytes
     (the lifetime rule: the freed memory is never reused there);
   - a tensor put on a torch.multiprocessing queue after install_reducer() arrives sharing memory, not copied;
-  - a handle that is none, a tensor that cannot be shared, close() of a tensor open() did not give: errors
-    naming what is wrong.
+  - a handle that is none, a tensor that cannot be shared, close() of a tensor open() did not give, a stale
+    handle (the sharing process exited before open()): errors naming what is wrong.
 
 Exits 77 (CTest: skipped) with the reason when torch is not importable or libtessera_torch_cpu.so was not built.
     TESSERA_LIBRARY=... TESSERA_TORCH_CPU_LIBRARY=... PYTHONPATH=python /usr/bin/python3 tests/python/torch_ipc_test.py
@@ -50,6 +50,19 @@ def _queue_receiver(queue, results):
     tensor[6] = 66.0
     results.put(("wrote", True))
     queue.get(timeout=60)  # the sender read it: done
+
+
+def _sharer_that_exits(handles, received):
+    """Shares a tensor, waits until the handle (and its descriptors) reached the other process, and exits."""
+    import torch
+
+    import tessera.ipc
+    import tessera.torch
+
+    tessera.torch.enable("cpu")
+    tensor = torch.ones(ELEMENTS)
+    handles.put((tessera.ipc.share(tensor), os.getpid()))
+    received.wait(60)
 
 
 class TorchIpc(unittest.TestCase):
@@ -134,12 +147,27 @@ class TorchIpc(unittest.TestCase):
             tessera.ipc.share(small)
         with self.assertRaisesRegex(TesseraError, "not a tessera.ipc.Handle"):
             tessera.ipc.open(b"bytes")
-        bogus = tessera.ipc.Handle(b"not a handle, but long enough for a header", [], "cpu", 0, 16, "float32",
+        bogus = tessera.ipc.Handle(b"not a handle, but long enough for a header of its own", [], "cpu", 0, 16, "float32",
                                    (4,), (1,), 0)
         with self.assertRaisesRegex(TesseraValueError, "TSIP"):
             tessera.ipc.open(bogus)
         with self.assertRaisesRegex(TesseraError, "not opened by tessera.ipc.open"):
             tessera.ipc.close(small)
+
+    def test_a_handle_whose_sharing_process_exited_is_stale(self):
+        import tessera.ipc
+        from tessera.errors import TesseraValueError
+
+        handles, received = self.context.Queue(), self.context.Event()
+        child = self.context.Process(target=_sharer_that_exits, args=(handles, received))
+        child.start()
+        handle, pid = handles.get(timeout=120)
+        received.set()
+        child.join(60)
+        self.assertEqual(child.exitcode, 0)
+        with self.assertRaisesRegex(TesseraValueError, f"is stale: block 0x[0-9a-f]+ of process {pid} "):
+            tessera.ipc.open(handle)
+        handle.close()
 
 
 if __name__ == "__main__":
