@@ -114,13 +114,25 @@ void check_reader_trace(std::string_view target, const Trace& trace) {
   }
 }
 
-// The trace as the snapshot writer promises to give it back: without iteration markers, which PyTorch
-// snapshots have no place for, and with its streams numbered in order of first use by a block, streams that
+// The trace as the snapshot writer promises to give it back: without iteration markers and pool events,
+// which PyTorch snapshots have no place for (the writer puts every segment in the shared cache), and with its
+// streams numbered in order of first use by a block, streams that
 // no block uses left out. (The reader also numbers the streams of segment events, which are not the
 // caller's and which the writer does not write; real recordings allocate a segment on the stream of the
 // block that needed it, so there the orders agree.)
 Trace as_written(Trace trace) {
-  std::erase_if(trace.events, [](const TraceEvent& event) { return event.kind == TraceEventKind::iteration; });
+  // Each event's stack goes with it.
+  std::vector<TraceEvent> kept;
+  std::vector<std::uint32_t> kept_stacks;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const TraceEvent& event = trace.events[i];
+    if (event.kind == TraceEventKind::iteration || event.is_pool_event()) continue;
+    kept.push_back(event);
+    if (!trace.event_stacks.empty()) kept_stacks.push_back(trace.event_stacks[i]);
+  }
+  trace.events = std::move(kept);
+  trace.event_stacks = std::move(kept_stacks);
+  trace.pools.clear();
   constexpr std::uint32_t unused = std::numeric_limits<std::uint32_t>::max();
   std::vector<std::uint32_t> renumbered(trace.streams.size(), unused);
   std::vector<StreamId> streams;
@@ -162,9 +174,12 @@ int run_pytorch_snapshot(const std::uint8_t* data, std::size_t size) {
     if (segment.stream >= trace.streams.size()) fail(target, "a segment_alloc on a stream beyond the stream table");
     previous = segment.before_event;
   }
-  if (recording->recorded_events < trace.events.size() + recording->ignored_events) {
+  // Pool events are the reader's own (from the segments' pool ids), not entries of the recording.
+  const auto entries_read = static_cast<std::size_t>(std::count_if(
+      trace.events.begin(), trace.events.end(), [](const TraceEvent& event) { return !event.is_pool_event(); }));
+  if (recording->recorded_events < entries_read + recording->ignored_events) {
     fail(target, fmt::format("{} recorded events, fewer than {} read and {} ignored", recording->recorded_events,
-                             trace.events.size(), recording->ignored_events));
+                             entries_read, recording->ignored_events));
   }
   // The snapshot writer: what the reader produced, written and read again, is the same trace.
   Result<std::string> pickle = format_pytorch_snapshot(trace);

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -16,6 +18,7 @@
 #include "trace/gzip_file.hpp"
 #include "trace/pickle_reader.hpp"
 #include "trace/readers.hpp"
+#include "trace/snapshot_pools.hpp"
 #include "trace/trace_builder.hpp"
 
 namespace tessera {
@@ -65,6 +68,7 @@ class SnapshotReader {
         return fail(fmt::format("device_traces[{}]", device), "is not a list");
       }
       recording_.recorded_events = tree_.items(events).size();
+      if (auto error = read_segment_pools(device, tree_.items(events))) return std::move(*error);
       for (std::size_t i = 0; i < tree_.items(events).size(); ++i) {
         if (auto error = read_event(device, i, tree_.items(events)[i])) return std::move(*error);
       }
@@ -160,7 +164,9 @@ class SnapshotReader {
       const auto key = static_cast<std::uint64_t>(address);
       const std::uint32_t stream = stream_of(event);
       const std::int64_t time = time_of(event);
+      if (time != no_time) last_time_ = time;
       if (*action == "alloc") {
+        enter_pool(pools_.pool_of(key, index), stream, time);
         const TraceBuilder::Status status = builder_.alloc(key, size, stream, time);
         if (status == TraceBuilder::Status::already_live) {
           return fail(located, fmt::format("at address {:#x}, which holds a live block", key));
@@ -201,6 +207,77 @@ class SnapshotReader {
     }
     ++recording_.ignored_events;  // free_requested, snapshot, oom, and actions of later PyTorch versions
     return {};
+  }
+
+  // The private pools of the end state's segments (snapshot_pools.hpp), and the entries that last made or freed
+  // a segment where a pooled one lies, before the entries are read.
+  std::optional<Error> read_segment_pools(int device, std::span<const PickleRef> entries) {
+    const std::optional<PickleRef> segments = tree_.find(tree_.root(), "segments");
+    if (!segments || tree_.kind(*segments) != PickleKind::list) return {};  // read_segments says what is wrong
+    for (std::size_t s = 0; s < tree_.items(*segments).size(); ++s) {
+      const PickleRef segment = tree_.items(*segments)[s];
+      if (tree_.kind(segment) != PickleKind::dict) continue;
+      const std::optional<PickleRef> pool_ref = tree_.find(segment, "segment_pool_id");
+      if (!pool_ref) continue;  // PyTorch before 2.1: every segment is the shared cache's
+      const std::string where = fmt::format("segments[{}].segment_pool_id", s);
+      const std::span<const PickleRef> pair = tree_.items(*pool_ref);
+      const bool sequence = tree_.kind(*pool_ref) == PickleKind::tuple || tree_.kind(*pool_ref) == PickleKind::list;
+      std::optional<std::int64_t> first;
+      std::optional<std::int64_t> second;
+      if (sequence && pair.size() == 2) {
+        first = tree_.integer(pair[0]);
+        second = tree_.integer(pair[1]);
+      }
+      if (!first || !second || *first < 0 || *second < 0) {
+        return fail(where, "is not a pair of non-negative ints (PyTorch's MempoolId_t)");
+      }
+      const PoolId pool{static_cast<std::uint64_t>(*first), static_cast<std::uint64_t>(*second)};
+      if (pool == PoolId{}) continue;
+      // Malformed fields are read_segments' to report, where it meets them.
+      const auto segment_device = tree_.find(segment, "device");
+      const auto address = tree_.find(segment, "address");
+      const auto total_size = tree_.find(segment, "total_size");
+      if (!segment_device || !address || !total_size || tree_.integer(*segment_device) != device) continue;
+      const std::optional<std::int64_t> start = tree_.integer(*address);
+      const std::optional<std::int64_t> size = tree_.integer(*total_size);
+      if (!start || !size || *size < 0) continue;
+      if (auto overlap = pools_.add_segment(static_cast<Address>(*start), static_cast<Bytes>(*size), pool, s)) {
+        return fail(fmt::format("segments[{}]", s), *overlap);
+      }
+    }
+    if (pools_.empty()) return {};
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const PickleRef entry = entries[i];
+      if (tree_.kind(entry) != PickleKind::dict) continue;
+      const auto action = tree_.find(entry, "action");
+      const auto address = tree_.find(entry, "addr");
+      if (!action || !address) continue;
+      const std::string_view name = tree_.string(*action).value_or("");
+      if (name != "segment_alloc" && name != "segment_free") continue;
+      if (const auto start = tree_.integer(*address)) pools_.segment_event(static_cast<Address>(*start), i);
+    }
+    return {};
+  }
+
+  // An allocation into `pool` on `stream` (none: the shared cache's) is about to be added: the pool's
+  // begin_pool comes first, unless the allocations before went to it on that stream too.
+  void enter_pool(std::optional<std::uint32_t> pool, std::uint32_t stream, std::int64_t time) {
+    if (open_pool_ && (!pool || *pool != open_pool_->pool || stream != open_pool_->stream)) leave_pool(time);
+    if (!pool || open_pool_) return;
+    add_pool_event(TraceEvent::begin_pool(*pool, stream, time));
+    open_pool_ = OpenPool{*pool, stream};
+  }
+
+  void leave_pool(std::int64_t time) {
+    if (!open_pool_) return;
+    add_pool_event(TraceEvent::end_pool(open_pool_->pool, time));
+    open_pool_.reset();
+  }
+
+  void add_pool_event(const TraceEvent& event) {
+    builder_.pool_event(event);
+    reserved_delta_at_event_.push_back(reserved_delta_);
+    pool_events_ = true;
   }
 
   std::optional<Error> read_segments(int device) {
@@ -265,6 +342,7 @@ class SnapshotReader {
   }
 
   Result<PytorchRecording> finish(int device) {
+    leave_pool(last_time_);
     // The segments are the allocator's state when the snapshot was taken, after the last event; the
     // reserved bytes before the first event are that total with the recorded segment changes undone.
     std::int64_t initial = static_cast<std::int64_t>(recording_.final_reserved) - reserved_delta_;
@@ -283,6 +361,7 @@ class SnapshotReader {
       recording_.reserved_after.push_back(static_cast<std::uint64_t>(reserved));
     }
     recording_.trace = builder_.finish(trace_detail::trace_name_from_source(source_), fmt::format("cuda:{}", device));
+    if (pool_events_) recording_.trace.pools = pools_.pools();
     if (!recording_.trace.event_stacks.empty() || !recording_.trace.initial_stacks.empty()) recording_.trace.stacks = std::move(stacks_);
     return std::move(recording_);
   }
@@ -299,6 +378,14 @@ class SnapshotReader {
   std::vector<Stack> stacks_{Stack{}};                        // the trace's stack table, stacks_[0] empty
   std::unordered_map<std::string, std::uint32_t> stack_by_text_;
   std::unordered_map<PickleRef, std::uint32_t> stack_by_list_;  // a frames list the pickle shares, read once
+  trace_detail::SnapshotPools pools_;
+  struct OpenPool {
+    std::uint32_t pool = 0;
+    std::uint32_t stream = 0;
+  };
+  std::optional<OpenPool> open_pool_;  // the pool the allocations go to between its begin_pool and end_pool
+  bool pool_events_ = false;
+  std::int64_t last_time_ = no_time;  // of the last alloc or free read, for the last end_pool
 };
 
 }  // namespace

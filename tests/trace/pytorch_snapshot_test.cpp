@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "tessera/replay.hpp"
 #include "tessera/trace.hpp"
 
 namespace tessera {
@@ -22,15 +23,21 @@ namespace {
 struct Value;
 using Dict = std::vector<std::pair<std::string, Value>>;
 using List = std::vector<Value>;
+// A tuple of two ints, as PyTorch pickles a segment's segment_pool_id (TUPLE2).
+struct Pair {
+  std::int64_t first = 0;
+  std::int64_t second = 0;
+};
 
 struct Value {
-  std::variant<std::nullptr_t, std::int64_t, std::string, List, Dict> v;
+  std::variant<std::nullptr_t, std::int64_t, std::string, List, Dict, Pair> v;
   Value(std::nullptr_t) : v(nullptr) {}                                       // NOLINT
   Value(std::int64_t i) : v(i) {}                                             // NOLINT
   Value(int i) : v(std::int64_t{i}) {}                                        // NOLINT
   Value(const char* s) : v(std::string(s)) {}                                 // NOLINT
   Value(List l) : v(std::move(l)) {}                                          // NOLINT
   Value(Dict d) : v(std::move(d)) {}                                          // NOLINT
+  Value(Pair p) : v(p) {}                                                     // NOLINT
 };
 
 void pickle_into(const Value& value, std::string& out) {
@@ -62,6 +69,10 @@ void pickle_into(const Value& value, std::string& out) {
       for (const Value& item : *l) pickle_into(item, out);
       out.push_back('e');
     }
+  } else if (const auto* p = std::get_if<Pair>(&value.v)) {
+    pickle_into(Value(p->first), out);
+    pickle_into(Value(p->second), out);
+    out.push_back(static_cast<char>(0x86));  // TUPLE2
   } else if (const auto* d = std::get_if<Dict>(&value.v)) {
     out.push_back('}');
     if (!d->empty()) {
@@ -219,6 +230,119 @@ TEST(PytorchSnapshot, ABlockOfZeroBytesIsRefusedWhereItIs) {
       Dict{{"device_traces", List{List{}}},
            {"segments", List{Dict{{"device", 0}, {"address", 0x100000}, {"total_size", 2 * MB}, {"blocks", blocks}}}}},
       "bad.pickle: segments[0].blocks[0] is a block of 0 bytes");
+}
+
+// A segment of the end state in a private pool: its blocks are the pool's.
+Value pooled_segment(std::int64_t address, std::int64_t size, Value pool, std::int64_t stream = 0) {
+  return Dict{{"device", 0}, {"address", address}, {"total_size", size}, {"stream", stream},
+              {"segment_pool_id", std::move(pool)}, {"blocks", List{}}};
+}
+
+// PyTorch records no pool on an event; the end state's segments name theirs (segment_pool_id). A graph
+// capture's pool is (n, 0), a MemPool's (0, n); (0, 0) is the shared cache.
+TEST(PytorchSnapshot, AllocationsInsideAPrivatePoolsSegmentGoToThatPool) {
+  const List device0{
+      event("segment_alloc", 0x1000000, 2 * MB, 1, 7),   // 0: the graph pool's segment, made here
+      event("alloc", 0x1000000, 100, 2, 7),             // 1: into pool (1, 0)
+      event("alloc", 0x1000200, 200, 3, 7),             // 2: the same capture, no new begin
+      event("free_completed", 0x1000000, 100, 4, 7),    // 3: a free does not end the capture
+      event("alloc", 0x100000, 300, 5, 7),              // 4: the shared cache's segment: the capture ends
+      event("alloc", 0x1000400, 400, 6, 7),             // 5: pool (1, 0) again
+      event("alloc", 0x3000000, 500, 7, 9),             // 6: the MemPool's segment, from before the recording
+      event("alloc", 0x5000000, 600, 8, 0),             // 7: where pool (2, 0)'s segment is later made: shared
+      event("free_completed", 0x5000000, 600, 9, 0),    // 8
+      event("segment_free", 0x5000000, 2 * MB, 10, 0),  // 9: the shared segment goes ...
+      event("segment_alloc", 0x5000000, 2 * MB, 11, 0), // 10: ... and pool (2, 0)'s is made at its address
+      event("alloc", 0x5000000, 700, 12, 0),            // 11: into pool (2, 0)
+  };
+  const List segments{
+      Dict{{"device", 0}, {"address", 0x100000}, {"total_size", 2 * MB}, {"stream", 7},
+           {"segment_pool_id", Pair{0, 0}}, {"blocks", List{}}},
+      pooled_segment(0x1000000, 2 * MB, Pair{1, 0}, 7),
+      pooled_segment(0x3000000, 2 * MB, List{0, 5}, 9),  // a list is read as the pair it holds
+      pooled_segment(0x5000000, 2 * MB, Pair{2, 0}),
+  };
+  Result<PytorchRecording> read =
+      parse_pytorch_recording(pickle(Dict{{"segments", segments}, {"device_traces", List{device0}}}), "pools.pickle");
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  const Trace& trace = read->trace;
+  ASSERT_TRUE(validate(trace).ok()) << describe(validate(trace).error());
+  const std::vector<TracePool> pools{{PoolId{1, 0}, PoolKind::graph}, {PoolId{0, 5}, PoolKind::plain},
+                                     {PoolId{2, 0}, PoolKind::graph}};
+  EXPECT_EQ(trace.pools, pools);
+  ASSERT_EQ(trace.streams, (std::vector<StreamId>{StreamId{7}, StreamId{9}, StreamId{0}}));
+  const std::vector<TraceEvent> events{
+      TraceEvent::begin_pool(0, 0, 2), TraceEvent::alloc(0, 100, 0, 2), TraceEvent::alloc(1, 200, 0, 3),
+      TraceEvent::free(0, 100, 0, 4),  TraceEvent::end_pool(0, 5),      TraceEvent::alloc(2, 300, 0, 5),
+      TraceEvent::begin_pool(0, 0, 6), TraceEvent::alloc(3, 400, 0, 6), TraceEvent::end_pool(0, 7),
+      TraceEvent::begin_pool(1, 1, 7), TraceEvent::alloc(4, 500, 1, 7), TraceEvent::end_pool(1, 8),
+      TraceEvent::alloc(5, 600, 2, 8), TraceEvent::free(5, 600, 2, 9),  TraceEvent::begin_pool(2, 2, 12),
+      TraceEvent::alloc(6, 700, 2, 12), TraceEvent::end_pool(2, 12),
+  };
+  EXPECT_EQ(trace.events, events);
+  // One reserved figure per event, pool events included: the four segments' 8 MiB throughout (the segment
+  // made first precedes every event; the one freed is made again before the next event).
+  EXPECT_EQ(read->reserved_after, std::vector<std::uint64_t>(events.size(), 8 * MB));
+  ASSERT_EQ(read->segment_allocs.size(), 2u);
+  EXPECT_EQ(read->segment_allocs[0].before_event, 0u);
+  EXPECT_EQ(read->segment_allocs[1].before_event, 14u);  // before pool (2, 0)'s begin_pool
+  EXPECT_EQ(summarize(trace).pool_begins, 4u);
+}
+
+// Without private pools the events are the allocations alone, as before pools were read.
+TEST(PytorchSnapshot, SegmentsOfTheSharedCacheAddNoPoolEvents) {
+  Result<Trace> read = parse_pytorch_snapshot(hand_snapshot(), "hand.pickle");
+  ASSERT_TRUE(read.ok()) << describe(read.error());
+  EXPECT_TRUE(read->pools.empty());
+  EXPECT_EQ(summarize(*read).pool_begins, 0u);
+}
+
+// The pools read reach a replay: the graph pool's freed block is not handed to the shared cache's next
+// allocation of its size, as it is when the segment is the shared cache's.
+TEST(PytorchSnapshot, AReplayKeepsAPoolsFreedBlockFromTheSharedCache) {
+  for (const bool pooled : {true, false}) {
+    const List device0{event("alloc", 0x1000000, 4096, 1), event("free_completed", 0x1000000, 4096, 2),
+                       event("alloc", 0x100000, 4096, 3)};
+    const List segments{pooled_segment(0x1000000, 2 * MB, pooled ? Pair{1, 0} : Pair{0, 0}),
+                        pooled_segment(0x100000, 2 * MB, Pair{0, 0})};
+    Result<Trace> trace =
+        parse_pytorch_snapshot(pickle(Dict{{"segments", segments}, {"device_traces", List{device0}}}), "p.pickle");
+    ASSERT_TRUE(trace.ok()) << describe(trace.error());
+    ReplayOptions options;
+    options.allocator = "tessera";
+    options.keep_state = true;
+    Result<ReplayResult> replayed = replay(*trace, options);
+    ASSERT_TRUE(replayed.ok()) << describe(replayed.error());
+    EXPECT_FALSE(replayed->pool_unsupported);
+    ASSERT_EQ(replayed->addresses.size(), 2u);
+    if (pooled) {
+      EXPECT_NE(replayed->addresses[1], replayed->addresses[0]);
+    } else {
+      EXPECT_EQ(replayed->addresses[1], replayed->addresses[0]);
+    }
+  }
+}
+
+TEST(PytorchSnapshot, ABadPoolIdIsAnErrorNamingTheSegment) {
+  auto with = [](Value pool) {
+    return Dict{{"device_traces", List{List{}}}, {"segments", List{pooled_segment(0x100000, 2 * MB, std::move(pool))}}};
+  };
+  constexpr std::string_view pair_words = "bad.pickle: segments[0].segment_pool_id is not a pair of non-negative ints";
+  expect_snapshot_error(with("graph"), pair_words);
+  expect_snapshot_error(with(List{1}), pair_words);
+  expect_snapshot_error(with(List{1, 2, 3}), pair_words);
+  expect_snapshot_error(with(Pair{-1, 0}), pair_words);
+  expect_snapshot_error(with(List{1, "x"}), pair_words);
+  expect_snapshot_error(with(nullptr), pair_words);
+  // Two pooled segments over the same memory: the later one is named, with the one it overlaps.
+  expect_snapshot_error(Dict{{"device_traces", List{List{}}},
+                             {"segments", List{pooled_segment(0x100000, 2 * MB, Pair{1, 0}),
+                                               pooled_segment(0x200000, 2 * MB, Pair{2, 0})}}},
+                        "bad.pickle: segments[1] overlaps segments[0] of pool (1, 0)");
+  expect_snapshot_error(Dict{{"device_traces", List{List{}}},
+                             {"segments", List{pooled_segment(0x200000, 2 * MB, Pair{1, 0}),
+                                               pooled_segment(0x100000, 2 * MB, Pair{0, 3})}}},
+                        "bad.pickle: segments[1] overlaps segments[0] of pool (1, 0)");
 }
 
 // A pickle's memo can give every segment one blocks list (here: one segment dict, listed `repeats` times,
