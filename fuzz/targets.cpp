@@ -1206,7 +1206,9 @@ int run_export_handle(const std::uint8_t* data, std::size_t size) {
     return exporter.hand_out().value();
   }();
   std::vector<int> descriptors(memfds.begin(), memfds.begin() + (data[0] & 0x0f) % (memfds.size() + 1));
-  descriptors.push_back((data[0] & 0x80) != 0 ? gone : (data[0] & 0x40) != 0 ? memfds[0] : live);
+  const bool stale = (data[0] & 0x80) != 0;
+  const bool no_liveness = !stale && (data[0] & 0x40) != 0;
+  descriptors.push_back(stale ? gone : no_liveness ? memfds[0] : live);
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data + 1), size - 1);
   Result<ExportedBlock> block = core::decode_export(bytes, descriptors);
   if (!block) {
@@ -1222,9 +1224,24 @@ int run_export_handle(const std::uint8_t* data, std::size_t size) {
   auto allocator = make_tessera_allocator(*driver);
   if (!allocator) fail(target, "no allocator: " + allocator.error().message);
   Result<Address> imported = (*allocator)->import_block(*block);
+  // The liveness is checked last: a handle that passes every other check names it.
+  if (imported && (stale || no_liveness)) fail(target, "a handle without a live exporter was imported");
   if (!imported) {
     if (imported.error().code != Errc::invalid_argument && imported.error().code != Errc::out_of_memory) {
       fail(target, fmt::format("an import refused with {}: {}", describe(imported.error()), imported.error().message));
+    }
+    // A handle that a live exporter's liveness makes importable was refused for its liveness alone: the
+    // refusal must say so.
+    if (stale || no_liveness) {
+      ExportedBlock with_live = *block;
+      with_live.liveness = live;
+      if (Result<Address> with_live_import = (*allocator)->import_block(with_live)) {
+        if (auto closed = (*allocator)->close_import(*with_live_import); !closed) fail(target, "close_import: " + closed.error().message);
+        const std::string_view words = stale ? "is stale" : "bad liveness descriptor";
+        if (imported.error().message.find(words) == std::string::npos) {
+          fail(target, fmt::format("a refusal for the liveness alone does not say '{}': {}", words, imported.error().message));
+        }
+      }
     }
     if (driver->census() != DriverCensus{}) fail(target, "a refused import kept something in the driver");
     return 0;

@@ -152,7 +152,8 @@ TESSERA_C_API const char* tessera_version(void);
  * sizes needed are written all the same — (INVALID_ARGUMENT), a driver that cannot share (UNSUPPORTED).
  * tessera_import: maps a block another process exported at addresses of this process, with access: its first
  * byte, or NULL and a message (a handle that is not one, truncated, of another version, whose sizes do not add
- * up, or whose descriptors do not match, or a stale one — its exporting process exited before the import —:
+ * up, or whose descriptors do not match, or a stale one — its exporting process exited, or destroyed its
+ * allocator, before the import (a child of fork() does not keep its parent's exports live) —:
  * INVALID_ARGUMENT, naming what is wrong; nothing is kept). A block freed by its exporter
  * since the export still imports, with its bytes as they were at the free. The
  * descriptors stay the caller's (close them after). tessera_close_import unmaps it (after a device-wide

@@ -16,8 +16,9 @@ The lifetime rule (docs/allocator.md): what a process opened stays valid until i
 sharing process does after — frees the tensor, exits —; the sharing process never reuses that memory for another
 tensor, and a pause of its tag is refused while the tensor lives there. A handle's descriptors travel with
 multiprocessing's descriptor passing (multiprocessing.reduction.DupFd), so it must be unpickled while the
-process that pickled it lives. A handle is stale once the sharing process has exited: open() then raises
-TesseraValueError naming the block and the process. A tensor freed by the sharing process after share() is
+process that pickled it lives. A handle is stale once the sharing process has exited (or destroyed its
+allocator): open() then raises TesseraValueError naming the block and the process. A child forked from the
+sharing process does not keep its handles live. A tensor freed by the sharing process after share() is
 not stale: open() gives its bytes as they were at the free.
 """
 
@@ -117,9 +118,11 @@ def open(handle):  # noqa: A001 - tessera.ipc.open, as the issue names it
         from tessera import torch as tessera_torch
         tessera_torch.enable("cpu")
     descriptors = (ctypes.c_int * max(1, len(handle.descriptors)))(*handle.descriptors)
-    address = _lib.call("tessera_import", handle.device_index, handle.data, len(handle.data), descriptors,
-                        len(handle.descriptors), failure=None)
-    handle.close()
+    try:
+        address = _lib.call("tessera_import", handle.device_index, handle.data, len(handle.data), descriptors,
+                            len(handle.descriptors), failure=None)
+    finally:
+        handle.close()  # refused or not: the mapping, if any, holds the memory
     if handle.device_type == "cpu":
         memory = (ctypes.c_uint8 * handle.nbytes).from_address(address)
         flat = torch.frombuffer(memory, dtype=torch.uint8)

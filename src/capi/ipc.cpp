@@ -52,12 +52,22 @@ int tessera_export(int device, void* ptr, void* handle, size_t handle_capacity, 
     }
     auto exported = found->allocator->export_block(address_of(ptr));
     if (!exported) return fail(function, exported.error());
+    // The descriptors are this call's until they are handed over: closed on every way out but success, a
+    // std::bad_alloc from the encoding included.
+    struct CloseUnlessHanded {
+      const ExportedBlock& block;
+      bool handed = false;
+      ~CloseUnlessHanded() {
+        if (handed) return;
+        for (const ExportedChunk& chunk : block.chunks) close(chunk.descriptor);
+        if (block.liveness >= 0) close(block.liveness);
+      }
+    } guard{*exported};
     const std::vector<std::byte> bytes = core::encode_export(*exported);
     const std::vector<int> made = core::export_descriptors(*exported);
     *handle_size = bytes.size();
     *descriptor_count = made.size();
     if (bytes.size() > handle_capacity || made.size() > descriptor_capacity) {
-      for (int descriptor : made) close(descriptor);
       return fail(function, make_error(Errc::invalid_argument,
                                        fmt::format("the handle needs {} bytes and {} descriptors; room was given for "
                                                    "{} and {} (the block stays exported; call again with room)",
@@ -65,6 +75,7 @@ int tessera_export(int device, void* ptr, void* handle, size_t handle_capacity, 
     }
     std::memcpy(handle, bytes.data(), bytes.size());
     std::copy(made.begin(), made.end(), descriptors);
+    guard.handed = true;
     return 0;
   });
 }

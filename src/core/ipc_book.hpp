@@ -25,6 +25,8 @@ class IpcBook {
   const std::unordered_set<Address>& exported() const noexcept { return exported_; }
   // A descriptor for an export's importer that hangs up once this allocator is gone (the caller owns it).
   Result<int> hand_out_liveness() { return liveness_.hand_out(); }
+  // In a child of fork(): the parent's liveness is not the child's to keep (ExportLiveness::forget_in_child).
+  void forget_liveness_in_child() noexcept { liveness_.forget_in_child(); }
 
   // Imported blocks, by the address handed out (their range's base).
   Address add_import(ImportedBlock block);

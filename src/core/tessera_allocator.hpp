@@ -202,7 +202,11 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   // fork(): no thread of the child may find the lock held by a thread the child does not have.
   void prepare_fork() noexcept override { mutex_.lock(); }
   void after_fork_in_parent() noexcept override { mutex_.unlock(); }
-  void after_fork_in_child() noexcept override { mutex_.unlock(); }
+  // The child's exports are its own: it must not keep its parent's handles live once the parent is gone.
+  void after_fork_in_child() noexcept override {
+    ipc_.forget_liveness_in_child();
+    mutex_.unlock();
+  }
 
   mutable SpinMutex mutex_;
   StackCapturer stacks_;  // read before mutex_ is taken

@@ -2,11 +2,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -35,14 +36,14 @@ void ExportLiveness::close_both() noexcept {
 
 Result<int> ExportLiveness::hand_out() {
   if (held_ < 0) {
-    int pair[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC) != 0) {
       const int error_number = errno;
-      return make_error(Errc::platform, fmt::format("export liveness: socketpair failed: {}", std::strerror(error_number)),
+      return make_error(Errc::platform, fmt::format("export liveness: pipe2 failed: {}", std::strerror(error_number)),
                         error_number);
     }
-    held_ = pair[0];
-    peer_ = pair[1];
+    peer_ = ends[0];
+    held_ = ends[1];
   }
   const int descriptor = ::fcntl(peer_, F_DUPFD_CLOEXEC, 0);
   if (descriptor < 0) {
@@ -54,17 +55,16 @@ Result<int> ExportLiveness::hand_out() {
 }
 
 Result<bool> exporter_gone(int descriptor) {
-  int domain = 0;
-  int type = 0;
-  socklen_t length = sizeof domain;
-  const bool is_pair_end = ::getsockopt(descriptor, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 &&
-                           (length = sizeof type, ::getsockopt(descriptor, SOL_SOCKET, SO_TYPE, &type, &length) == 0) &&
-                           domain == AF_UNIX && type == SOCK_STREAM;
-  if (!is_pair_end) {
+  auto not_liveness = [descriptor](std::string_view what) -> Error {
     return make_error(Errc::invalid_argument,
-                      fmt::format("descriptor {} is no exporter's liveness descriptor (not a Unix stream socket)",
-                                  descriptor));
-  }
+                      fmt::format("descriptor {} is no exporter's liveness descriptor ({})", descriptor, what));
+  };
+  struct stat status {};
+  if (::fstat(descriptor, &status) != 0) return not_liveness(std::strerror(errno));
+  if (!S_ISFIFO(status.st_mode)) return not_liveness("not a pipe");
+  const int flags = ::fcntl(descriptor, F_GETFL);
+  if (flags < 0) return not_liveness(std::strerror(errno));
+  if ((flags & O_ACCMODE) != O_RDONLY) return not_liveness("not the read end of a pipe");
   pollfd watched{.fd = descriptor, .events = POLLIN, .revents = 0};
   int ready = 0;
   do {
@@ -75,8 +75,8 @@ Result<bool> exporter_gone(int descriptor) {
     return make_error(Errc::platform, fmt::format("export liveness: poll failed: {}", std::strerror(error_number)),
                       error_number);
   }
-  // Nothing is ever written to the pair: readable means end of file, the held end closed.
-  return ready > 0 && (watched.revents & (POLLHUP | POLLIN | POLLRDHUP)) != 0;
+  // The write end is closed: the exporter exited or its allocator went.
+  return ready > 0 && (watched.revents & POLLHUP) != 0;
 }
 
 }  // namespace tessera

@@ -4,12 +4,14 @@
 // a pause of the exported block's tag is refused; a killed importer leaves the exporter holding nothing more;
 // refusals name what is wrong; a failed driver call halfway leaves both sides consistent.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
@@ -343,6 +345,51 @@ TEST(BlockExportBetweenProcesses, AHandleFromAProcessThatExitedIsRefusedAsStale)
   EXPECT_NE(stale.error().message.find(fmt::format("of process {} was exported by an allocator that is gone", pid)),
             std::string::npos)
       << stale.error().message;
+  EXPECT_EQ(side.driver->census(), DriverCensus{});
+  close_all(exported);
+}
+
+// A DataLoader-like child forked by the exporter after the export outlives it: the handle is stale all the
+// same, as the child closed the liveness it inherited (without that, the child would keep it live).
+TEST(BlockExportBetweenProcesses, AForkedChildDoesNotKeepItsParentsHandlesLive) {
+  std::array<int, 2> sockets{};
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets.data()), 0);
+  std::array<int, 2> release{};  // the grandchild lives until the test closes its write end
+  ASSERT_EQ(pipe2(release.data(), O_CLOEXEC), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(sockets[0]);
+    close(release[1]);
+    Side side = make_side();
+    auto block = side.allocator->allocate(block_bytes, default_stream);
+    if (!block) _exit(10);
+    auto exported = side.allocator->export_block(*block);
+    if (!exported) _exit(11);
+    const pid_t worker = fork();
+    if (worker < 0) _exit(13);
+    if (worker == 0) {
+      close(sockets[1]);
+      char byte = 0;
+      while (read(release[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      _exit(0);
+    }
+    if (!send_descriptors(sockets[1], core::encode_export(*exported), core::export_descriptors(*exported))) _exit(12);
+    _exit(0);
+  }
+  close(sockets[1]);
+  close(release[0]);
+  ASSERT_GT(pid, 0);
+  auto message = receive_descriptors(sockets[0], 4096, 64);
+  close(sockets[0]);
+  ASSERT_TRUE(message.ok()) << message.error().message;
+  ASSERT_EQ(exit_code(pid), 0);
+  const ExportedBlock exported = must(core::decode_export(message->bytes, message->descriptors));
+  Side side = make_side();
+  auto stale = side.allocator->import_block(exported);
+  close(release[1]);  // the worker may go now
+  ASSERT_FALSE(stale.ok()) << "the exporter's forked child kept its handle live";
+  EXPECT_NE(stale.error().message.find("is stale"), std::string::npos) << stale.error().message;
   EXPECT_EQ(side.driver->census(), DriverCensus{});
   close_all(exported);
 }

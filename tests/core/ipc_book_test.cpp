@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <optional>
@@ -85,13 +86,41 @@ TEST(IpcBook, EachWayABlockMayNotAddUpIsNamed) {
 
   block = good_block();
   block.liveness = -1;
-  expect_refused(block, "bad liveness descriptor");
+  expect_refused(block, "bad liveness descriptor: descriptor -1 is no exporter's liveness descriptor (Bad file");
 
   block = good_block();
-  const int not_a_socket = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  block.liveness = not_a_socket;
-  expect_refused(block, "not a Unix stream socket");
-  close(not_a_socket);
+  const int not_a_pipe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  block.liveness = not_a_pipe;
+  expect_refused(block, "(not a pipe)");
+  close(not_a_pipe);
+
+  // A pipe's write end, or a socket (the transport handed over by mistake), is no liveness descriptor either.
+  int ends[2];
+  ASSERT_EQ(pipe2(ends, O_CLOEXEC), 0);
+  block = good_block();
+  block.liveness = ends[1];
+  expect_refused(block, "(not the read end of a pipe)");
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  block.liveness = pair[0];
+  expect_refused(block, "(not a pipe)");
+  for (const int descriptor : {ends[0], ends[1], pair[0], pair[1]}) close(descriptor);
+}
+
+// An importer that does what it can with its liveness descriptor (reads it, writes to it, shuts it down,
+// closes it) makes no other handle of the same exporter look stale.
+TEST(IpcBook, NoHolderOfALivenessDescriptorCanMakeAnotherHandleStale) {
+  ExportLiveness exporter;
+  const int hostile = exporter.hand_out().value();
+  const int other = exporter.hand_out().value();
+  char byte = 0;
+  ASSERT_EQ(fcntl(hostile, F_SETFL, O_NONBLOCK), 0);
+  EXPECT_EQ(read(hostile, &byte, 1), -1) << "nothing is ever written";
+  EXPECT_EQ(write(hostile, &byte, 1), -1) << "a read end takes no bytes";
+  EXPECT_EQ(shutdown(hostile, SHUT_RDWR), -1) << "a pipe cannot be shut down";
+  close(hostile);
+  EXPECT_FALSE(exporter_gone(other).value());
+  close(other);
 }
 
 // A handle is stale once the allocator that exported it is gone: every descriptor it handed out hangs up,
