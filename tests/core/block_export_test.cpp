@@ -365,15 +365,22 @@ TEST(BlockExportBetweenProcesses, AForkedChildDoesNotKeepItsParentsHandlesLive) 
     if (!block) _exit(10);
     auto exported = side.allocator->export_block(*block);
     if (!exported) _exit(11);
+    // The child closes the inherited liveness as it starts (its fork handler): until it has run, the handle
+    // is still live. The worker says when it runs.
+    std::array<int, 2> started{};
+    if (pipe2(started.data(), O_CLOEXEC) != 0) _exit(14);
     const pid_t worker = fork();
     if (worker < 0) _exit(13);
     if (worker == 0) {
       close(sockets[1]);
-      char byte = 0;
+      char byte = 1;
+      if (write(started[1], &byte, 1) != 1) _exit(1);
       while (read(release[0], &byte, 1) < 0 && errno == EINTR) {
       }
       _exit(0);
     }
+    char byte = 0;
+    if (read(started[0], &byte, 1) != 1) _exit(15);
     if (!send_descriptors(sockets[1], core::encode_export(*exported), core::export_descriptors(*exported))) _exit(12);
     _exit(0);
   }
