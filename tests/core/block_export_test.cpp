@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -399,6 +400,33 @@ TEST(BlockExportBetweenProcesses, AForkedChildDoesNotKeepItsParentsHandlesLive) 
   EXPECT_NE(stale.error().message.find("is stale"), std::string::npos) << stale.error().message;
   EXPECT_EQ(side.driver->census(), DriverCensus{});
   close_all(exported);
+}
+
+// The liveness pipe cannot be made (the process has no descriptor left): the export fails naming why, marks
+// nothing, and the block stays live, freeable and consistent. In a child, whose descriptor limit it lowers.
+TEST(BlockExportBetweenProcesses, AnExportWithNoDescriptorLeftFailsAndMarksNothing) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    Side side = make_side();
+    auto block = side.allocator->allocate(block_bytes, default_stream);
+    if (!block) _exit(10);
+    const int lowest_free = fcntl(0, F_DUPFD, 0);  // no free number below it: none from it on after the limit
+    if (lowest_free < 0) _exit(11);
+    close(lowest_free);
+    const rlimit limit{static_cast<rlim_t>(lowest_free), static_cast<rlim_t>(lowest_free)};
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(12);
+    auto exported = side.allocator->export_block(*block);
+    if (exported) _exit(13);
+    if (exported.error().code != Errc::platform) _exit(14);
+    if (exported.error().message.find("no liveness descriptor") == std::string::npos) _exit(15);
+    if (side.allocator->exported_blocks() != 0) _exit(16);
+    if (side.allocator->check() != std::nullopt) _exit(17);
+    if (!side.allocator->deallocate(*block)) _exit(18);
+    if (side.allocator->check() != std::nullopt) _exit(19);
+    _exit(0);
+  }
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(exit_code(pid), 0) << "the step that failed: see the exit codes in the child";
 }
 
 TEST(BlockExportBetweenProcesses, AnImporterKilledWithSigkillLeavesTheExporterHoldingNothingMore) {
