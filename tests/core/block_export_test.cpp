@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -317,10 +318,16 @@ TEST(BlockExportBetweenProcesses, WritesAreSeenBothWaysAndTheImporterKeepsItsByt
   EXPECT_EQ(exit_code(child.pid), 0) << "the importer failed at a step of import_in_child";
 }
 
-// A process exports a block, sends the handle and exits before the import: the handle is stale there.
-TEST(BlockExportBetweenProcesses, AHandleFromAProcessThatExitedIsRefusedAsStale) {
+// A child process exports a block, runs `before_send` (in the child), sends the handle and exits with its block
+// live and its allocator never destroyed: only the exit ends the liveness. The handle, received and decoded
+// after the child exited, and the child's pid.
+struct HandleOfExitedChild {
+  ExportedBlock exported;
+  pid_t pid = -1;
+};
+HandleOfExitedChild handle_of_exited_child(const std::function<void()>& before_send = [] {}) {
   std::array<int, 2> sockets{};
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets.data()), 0);
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets.data()), 0);
   const pid_t pid = fork();
   if (pid == 0) {
     close(sockets[0]);
@@ -329,16 +336,22 @@ TEST(BlockExportBetweenProcesses, AHandleFromAProcessThatExitedIsRefusedAsStale)
     if (!block) _exit(10);
     auto exported = side.allocator->export_block(*block);
     if (!exported) _exit(11);
+    before_send();
     if (!send_descriptors(sockets[1], core::encode_export(*exported), core::export_descriptors(*exported))) _exit(12);
-    _exit(0);  // its block live, its allocator never destroyed: only the exit ends the liveness
+    _exit(0);
   }
   close(sockets[1]);
-  ASSERT_GT(pid, 0);
+  EXPECT_GT(pid, 0);
   auto message = receive_descriptors(sockets[0], 4096, 64);
   close(sockets[0]);
-  ASSERT_TRUE(message.ok()) << message.error().message;
-  ASSERT_EQ(exit_code(pid), 0);
-  const ExportedBlock exported = must(core::decode_export(message->bytes, message->descriptors));
+  EXPECT_TRUE(message.ok()) << message.error().message;
+  EXPECT_EQ(exit_code(pid), 0);
+  return {must(core::decode_export(message->bytes, message->descriptors)), pid};
+}
+
+// A process exports a block, sends the handle and exits before the import: the handle is stale there.
+TEST(BlockExportBetweenProcesses, AHandleFromAProcessThatExitedIsRefusedAsStale) {
+  const auto [exported, pid] = handle_of_exited_child();
   EXPECT_EQ(exported.origin_process, static_cast<std::uint32_t>(pid));
   Side side = make_side();
   auto stale = side.allocator->import_block(exported);
@@ -353,27 +366,17 @@ TEST(BlockExportBetweenProcesses, AHandleFromAProcessThatExitedIsRefusedAsStale)
 // A DataLoader-like child forked by the exporter after the export outlives it: the handle is stale all the
 // same, as the child closed the liveness it inherited (without that, the child would keep it live).
 TEST(BlockExportBetweenProcesses, AForkedChildDoesNotKeepItsParentsHandlesLive) {
-  std::array<int, 2> sockets{};
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets.data()), 0);
-  std::array<int, 2> release{};  // the grandchild lives until the test closes its write end
+  std::array<int, 2> release{};  // the worker lives until the test closes its write end
   ASSERT_EQ(pipe2(release.data(), O_CLOEXEC), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(sockets[0]);
-    close(release[1]);
-    Side side = make_side();
-    auto block = side.allocator->allocate(block_bytes, default_stream);
-    if (!block) _exit(10);
-    auto exported = side.allocator->export_block(*block);
-    if (!exported) _exit(11);
-    // The child closes the inherited liveness as it starts (its fork handler): until it has run, the handle
-    // is still live. The worker says when it runs.
+  const auto [exported, pid] = handle_of_exited_child([&release] {
+    // The worker closes the inherited liveness as it starts (its fork handler): until it has run, the
+    // handle is still live. It says when it runs.
     std::array<int, 2> started{};
     if (pipe2(started.data(), O_CLOEXEC) != 0) _exit(14);
     const pid_t worker = fork();
     if (worker < 0) _exit(13);
     if (worker == 0) {
-      close(sockets[1]);
+      close(release[1]);
       char byte = 1;
       if (write(started[1], &byte, 1) != 1) _exit(1);
       while (read(release[0], &byte, 1) < 0 && errno == EINTR) {
@@ -382,21 +385,12 @@ TEST(BlockExportBetweenProcesses, AForkedChildDoesNotKeepItsParentsHandlesLive) 
     }
     char byte = 0;
     if (read(started[0], &byte, 1) != 1) _exit(15);
-    if (!send_descriptors(sockets[1], core::encode_export(*exported), core::export_descriptors(*exported))) _exit(12);
-    _exit(0);
-  }
-  close(sockets[1]);
+  });
   close(release[0]);
-  ASSERT_GT(pid, 0);
-  auto message = receive_descriptors(sockets[0], 4096, 64);
-  close(sockets[0]);
-  ASSERT_TRUE(message.ok()) << message.error().message;
-  ASSERT_EQ(exit_code(pid), 0);
-  const ExportedBlock exported = must(core::decode_export(message->bytes, message->descriptors));
   Side side = make_side();
   auto stale = side.allocator->import_block(exported);
   close(release[1]);  // the worker may go now
-  ASSERT_FALSE(stale.ok()) << "the exporter's forked child kept its handle live";
+  ASSERT_FALSE(stale.ok()) << "the exporter's forked child kept its handle live (child " << pid << ")";
   EXPECT_NE(stale.error().message.find("is stale"), std::string::npos) << stale.error().message;
   EXPECT_EQ(side.driver->census(), DriverCensus{});
   close_all(exported);
