@@ -217,13 +217,33 @@ Result<void> Mapper::unmap_shared(SharedBlock& shared) {
 }
 
 Result<EventId> Mapper::record_event(StreamId stream) {
-  auto event = driver_.create_event();
-  if (!event) return event;
-  if (auto recorded = driver_.record_event(*event, stream); !recorded) {
-    destroy_event(*event);
+  EventId event{};
+  if (!spare_events_.empty()) {
+    event = spare_events_.back();
+    spare_events_.pop_back();
+  } else if (auto created = driver_.create_event(); created) {
+    event = *created;
+  } else {
+    return created;
+  }
+  if (auto recorded = driver_.record_event(event, stream); !recorded) {
+    destroy_event(event);  // spare or new: a record that failed may have left it in any state
     return std::move(recorded).error();
   }
   return event;
+}
+
+void Mapper::recycle_event(EventId event) {
+  if (spare_events_.size() < max_spare_events_) {
+    spare_events_.push_back(event);
+  } else {
+    destroy_event(event);
+  }
+}
+
+void Mapper::release_spare_events() {
+  for (EventId event : spare_events_) destroy_event(event);
+  spare_events_.clear();
 }
 
 void Mapper::destroy_event(EventId event) {

@@ -44,6 +44,7 @@ class Mapper {
   Mapper(Driver& driver, Observers& observers)
       : driver_(driver), observers_(observers), granule_(driver.granularity()) {}
   ~Mapper() {
+    destroy_events(spare_events_);
     destroy_events(stale_events_);
     for (const HostBuffer& backup : stale_backups_) (void)driver_.free_host(backup);
   }
@@ -136,8 +137,14 @@ class Mapper {
   // `block`, so that a second call finishes. The caller proved the device done with it.
   Result<void> close_import(ImportedBlock& block);
 
-  // Stream order.
+  // Stream order. An event is recorded on a spare one where there is one, created otherwise.
   Result<EventId> record_event(StreamId stream);
+  // An event whose work completed, kept to be recorded again, as PyTorch keeps its events: a free after
+  // record_stream then costs a record and a query, not a create and a destroy besides. At most
+  // max_spare_events_ are kept (the rest are destroyed); release_spare_events() destroys them all.
+  void recycle_event(EventId event);
+  void release_spare_events();
+  std::size_t spare_events() const noexcept { return spare_events_.size(); }
   // A destroy that fails is tried again at the next retry_stale_events(): never leaked.
   void destroy_event(EventId event);
   void retry_stale_events();
@@ -165,7 +172,10 @@ class Mapper {
   Bytes granule_;
   Bytes held_ = 0;
   PagePool pool_;
+  std::vector<EventId> spare_events_;  // completed, to be recorded again
   std::vector<EventId> stale_events_;  // events whose destroy failed
+  // More spare events than frees waiting at once in any trace we hold (fsdp: a few hundred).
+  static constexpr std::size_t max_spare_events_ = 1024;
   std::vector<HostBuffer> stale_backups_;  // host buffers whose free failed
 };
 

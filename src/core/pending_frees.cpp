@@ -60,7 +60,7 @@ PendingFrees::Drained PendingFrees::drain(bool wait) {
       ++i;
       continue;
     }
-    for (EventId event : entry.events) mapper_.destroy_event(event);
+    for (EventId event : entry.events) mapper_.recycle_event(event);
     entry.events.clear();
     drained.completed.push_back(std::move(entry));
     entries_[i] = std::move(entries_.back());

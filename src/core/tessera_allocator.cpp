@@ -238,6 +238,7 @@ Result<void> TesseraAllocatorImpl::empty_cache() {
   if (auto done = process_pending(true); !done) return done;
   if (auto taken = backer_.reclaim(std::numeric_limits<std::size_t>::max(), nullptr); !taken) return std::move(taken).error();
   tags_.free_kept_buffers();
+  mapper_.release_spare_events();
   return mapper_.release_pooled(0);
 }
 

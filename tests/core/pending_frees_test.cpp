@@ -74,7 +74,44 @@ TEST_F(PendingFreesTest, ABlockLeavesOnlyOnceTheWorkOfEveryUserCompleted) {
   ASSERT_TRUE(drained.completed[0].freed.has_value());
   EXPECT_EQ(drained.completed[0].freed->address, block.address);
   EXPECT_TRUE(pending.empty());
-  EXPECT_EQ(driver.census().events, 0u) << "every event destroyed once it completed";
+  EXPECT_EQ(mapper.spare_events(), 2u) << "every event kept once it completed";
+  EXPECT_EQ(driver.census().events, 2u) << "and none other";
+  mapper.release_spare_events();
+  EXPECT_EQ(driver.census().events, 0u);
+}
+
+// A completed free's events are recorded again by the next free: a record and a query for each, no create
+// and no destroy (PyTorch's event pool).
+TEST_F(PendingFreesTest, TheNextFreeRecordsTheSpareEventsAgain) {
+  streams().hold(side);
+  TESSERA_OK(pending.wait_for(&arena, &block, std::vector<StreamId>{side}, freed()));
+  streams().complete(side);
+  ASSERT_EQ(pending.drain(false).completed.size(), 1u);
+  ASSERT_EQ(mapper.spare_events(), 1u);
+  streams().hold(side);
+  block.live = true;
+  TESSERA_OK(pending.wait_for(&arena, &block, std::vector<StreamId>{side}, freed()));
+  EXPECT_EQ(mapper.spare_events(), 0u);
+  EXPECT_EQ(driver.census().events, 1u) << "the spare was recorded again, none created";
+  EXPECT_TRUE(pending.drain(false).completed.empty()) << "recorded anew: the side stream's new work is still queued";
+  streams().complete(side);
+  EXPECT_EQ(pending.drain(false).completed.size(), 1u);
+  EXPECT_EQ(mapper.spare_events(), 1u);
+  EXPECT_EQ(driver.census().events, 1u) << "kept again, not destroyed";
+}
+
+// A spare whose record fails is destroyed, not kept: the failure may have left it in any state.
+TEST_F(PendingFreesTest, ASpareEventWhoseRecordFailsIsDestroyed) {
+  TESSERA_OK(pending.wait_for(&arena, &block, std::vector<StreamId>{side}, freed()));
+  ASSERT_EQ(pending.drain(false).completed.size(), 1u);
+  ASSERT_EQ(mapper.spare_events(), 1u);
+  block.live = true;
+  block.pending = false;
+  driver.fail(DriverCall::record_event, 1);
+  EXPECT_FALSE(pending.wait_for(&arena, &block, std::vector<StreamId>{side}, freed()));
+  EXPECT_TRUE(block.live);
+  EXPECT_EQ(mapper.spare_events(), 0u);
+  EXPECT_EQ(driver.census().events, 0u);
 }
 
 TEST_F(PendingFreesTest, DrainingWithWaitTakesEveryBlock) {
@@ -86,7 +123,8 @@ TEST_F(PendingFreesTest, DrainingWithWaitTakesEveryBlock) {
   TESSERA_OK(drained.failure);
   EXPECT_EQ(drained.completed.size(), 2u);
   EXPECT_TRUE(pending.empty());
-  EXPECT_EQ(driver.census().events, 0u);
+  EXPECT_EQ(driver.census().events, mapper.spare_events());
+  EXPECT_EQ(mapper.spare_events(), 2u);
 }
 
 TEST_F(PendingFreesTest, AFailedEventRecordChangesNothing) {
@@ -122,7 +160,8 @@ TEST_F(PendingFreesTest, AFailedQueryProvesNothingAndAFailedWaitStopsTheDrainLos
   drained = pending.drain(true);
   TESSERA_OK(drained.failure);
   EXPECT_EQ(drained.completed.size(), 1u);
-  EXPECT_EQ(driver.census().events, 0u);
+  EXPECT_EQ(driver.census().events, 2u) << "both kept as spares, none lost";
+  EXPECT_EQ(mapper.spare_events(), 2u);
 }
 
 TEST_F(PendingFreesTest, ABlockToRetryAndARequeuedOneDrainWithoutEvents) {

@@ -13,6 +13,7 @@
 #include "support/stream_witness.hpp"
 #include "tessera/allocator.hpp"
 #include "tessera/drivers.hpp"
+#include "tessera/replay.hpp"
 #include "tessera/workload.hpp"
 
 namespace tessera {
@@ -213,6 +214,24 @@ TEST(FsdpWorkload, TesseraRespectsRecordStreamOnReplay) {
   for (const std::uint32_t stream : side) witness.stream_control()->complete(id(stream));
   TESSERA_OK(allocator->empty_cache());
   EXPECT_TRUE(witness.violations().empty()) << witness.violations().front();
+}
+
+// In steady state a record_stream'd free costs Tessera what it costs the pytorch model: an event recorded
+// and queried. Its completed events are recorded again, not destroyed and created anew, and no VMM call is
+// made after the warm-up (unlimited capacity, the sim driver).
+TEST(FsdpWorkload, InSteadyStateTesseraMakesOnlyTheEventCallsThePytorchModelMakes) {
+  const Trace trace = generate("fsdp", {{"preset", "tiny"}, {"dp", "2"}, {"steps", "4"}, {"workspace_mb", "1"}});
+  ReplayOptions options;
+  const ReplayResult tessera = TESSERA_OK(replay(trace, options));
+  options.allocator = "pytorch";
+  const ReplayResult pytorch = TESSERA_OK(replay(trace, options));
+  ASSERT_EQ(tessera.calls_per_iteration.size(), 4u);
+  ASSERT_EQ(pytorch.calls_per_iteration.size(), 4u);
+  EXPECT_GT(tessera.calls_per_iteration.back(), 0u) << "the side streams' frees record events";
+  EXPECT_EQ(tessera.calls_per_iteration.back(), pytorch.calls_per_iteration.back());
+  const std::uint64_t recorded = tessera.driver_calls.calls_of(DriverCall::record_event);
+  EXPECT_EQ(recorded, pytorch.driver_calls.calls_of(DriverCall::record_event));
+  EXPECT_LT(tessera.driver_calls.calls_of(DriverCall::create_event) * 4, recorded) << "events recorded again";
 }
 
 }  // namespace
