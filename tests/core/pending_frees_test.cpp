@@ -100,6 +100,19 @@ TEST_F(PendingFreesTest, TheNextFreeRecordsTheSpareEventsAgain) {
   EXPECT_EQ(driver.census().events, 1u) << "kept again, not destroyed";
 }
 
+// Spares are bounded: a burst of frees waiting at once leaves at most 1,024 events behind, the rest destroyed.
+TEST_F(PendingFreesTest, AtMostSoManySpareEventsAreKept) {
+  constexpr std::size_t burst = 1100;
+  std::vector<Block> blocks;
+  blocks.reserve(burst);
+  for (std::size_t i = 0; i < burst; ++i) blocks.push_back(live_block(0x1000 + i * 512, 512));
+  for (Block& each : blocks) TESSERA_OK(pending.wait_for(&arena, &each, std::vector<StreamId>{side}, freed()));
+  EXPECT_EQ(driver.census().events, burst);
+  EXPECT_EQ(pending.drain(false).completed.size(), burst);
+  EXPECT_EQ(mapper.spare_events(), 1024u);
+  EXPECT_EQ(driver.census().events, 1024u) << "the others destroyed";
+}
+
 // A spare whose record fails is destroyed, not kept: the failure may have left it in any state.
 TEST_F(PendingFreesTest, ASpareEventWhoseRecordFailsIsDestroyed) {
   TESSERA_OK(pending.wait_for(&arena, &block, std::vector<StreamId>{side}, freed()));
