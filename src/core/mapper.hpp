@@ -174,7 +174,8 @@ class Mapper {
   PagePool pool_;
   std::vector<EventId> spare_events_;  // completed, to be recorded again
   std::vector<EventId> stale_events_;  // events whose destroy failed
-  // More spare events than frees waiting at once in any trace we hold (fsdp: a few hundred).
+  // Far more than the events waiting at once in any trace we hold (fsdp: 33), so that none is destroyed
+  // in steady state, and few enough to hold no driver resource of note.
   static constexpr std::size_t max_spare_events_ = 1024;
   std::vector<HostBuffer> stale_backups_;  // host buffers whose free failed
 };

@@ -59,8 +59,9 @@ class PendingFrees {
   void requeue(Entry entry);
 
   // The entries whose events all completed (all of them, waiting for each, when `wait`), taken off the
-  // list with their events kept as spares (Mapper::recycle_event), in the order processed. A wait that fails stops the drain: the
-  // entries done before it are in `completed`, the rest stay, and `failure` says why.
+  // list with their events kept as spares (Mapper::recycle_event), in the order processed. A wait that
+  // fails stops the drain: the entries done before it are in `completed`, the rest stay, and `failure`
+  // says why.
   struct Drained {
     std::vector<Entry> completed;
     Result<void> failure;
