@@ -36,10 +36,19 @@ class PageBacker {
     return arena.tag() == default_tag ? page_max_granules_ : chunk_max_granules_;
   }
 
+  // Which pooled pages a tagged block takes before it creates a chunk (a default-tag block takes any).
+  enum class TaggedPages : std::uint8_t {
+    // An allocation: only chunks none of which is mapped, so that pausing the tag gives all of them back
+    // (a default-tag chunk grows past its block, and its surplus would otherwise pin it).
+    own_chunks,
+    // A resume: any, first those it took from idle blocks into the pool for the tag's blocks (tag_pause.cpp);
+    // creating chunks beside them would leave those pooled and held.
+    any,
+  };
   // Maps a page under every slot `block` touches that has none (the order in page_backing.cpp). take_idle:
   // whether it may take the pages of idle cached blocks when no page can be created. On a failure nothing
   // of it stays mapped or taken: the pages obtained on the way are pooled.
-  Result<void> back(Arena& arena, const Block& block, bool take_idle);
+  Result<void> back(Arena& arena, const Block& block, bool take_idle, TaggedPages tagged = TaggedPages::own_chunks);
   // Pages of at most `page_limit` granules for slots [first, first + count) of a range of the caller's own
   // (a shared block's middle): pooled, then new within the limit, appended to `pages` in slot order. On a
   // failure none is appended and those obtained are pooled again.

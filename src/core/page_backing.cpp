@@ -193,7 +193,7 @@ void PageBacker::return_to_pool() {
   backing_.assignments.clear();
 }
 
-Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_when_full) {
+Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_when_full, TaggedPages tagged) {
   Backing& backing = backing_;
   Region& region = arena.region_of(block);
   const SlotRange touched = arena.touched_slots(block);
@@ -206,7 +206,7 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   if (!pages_split() && (arena.tag() != default_tag || far_from_limit(8))) backing.page_limit = whole_handle_granules_;
   backing.grows = arena.tag() == default_tag && page_max_granules_ == 1 && config_.garbage_collection_threshold == 0 &&
                   config_.reclaim != AllocatorConfig::Reclaim::first;
-  backing.own_chunks = arena.tag() != default_tag;
+  backing.own_chunks = arena.tag() != default_tag && tagged == TaggedPages::own_chunks;
   for (std::size_t slot = touched.first; slot < touched.end(); ++slot) {
     if (region.is_mapped(slot)) continue;
     if (!backing.gaps.empty() && backing.gaps.back().end == slot) {

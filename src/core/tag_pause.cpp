@@ -205,13 +205,14 @@ Result<void> TesseraAllocatorImpl::map_tag(TagId tag, std::size_t& missing) {
       if (!mapping.is_sliver() && !mapping.mapped) missing += mapping.page.granules;
     }
   }
-  // Idle pages are taken back once for all the blocks, before any new page is created for them.
+  // Idle pages are taken back once for all the blocks, before any new page is created for them; the blocks
+  // then take them whatever chunk they are of (TaggedPages::any).
   if (const std::size_t pooled = mapper_.pool().granules(); missing > pooled) {
     if (auto taken = backer_.reclaim(missing - pooled, nullptr); !taken) return std::move(taken).error();
   }
   Result<void> failure;
   visit_live_blocks(tag, [&](Arena& arena, Block& block) {
-    if (failure.ok()) failure = backer_.back(arena, block, true);
+    if (failure.ok()) failure = backer_.back(arena, block, true, PageBacker::TaggedPages::any);
   });
   if (!failure.ok()) return failure;
   for (const TagBook::MappedRun& run : runs) {
@@ -221,7 +222,7 @@ Result<void> TesseraAllocatorImpl::map_tag(TagId tag, std::size_t& missing) {
     span.address = region.slot_address(run.slots.first, granule());
     span.size = run.slots.count * granule();
     span.region = run.region;
-    if (auto done = backer_.back(*run.arena, span, true); !done) return done;
+    if (auto done = backer_.back(*run.arena, span, true, PageBacker::TaggedPages::any); !done) return done;
   }
   for (const auto& shared : shared_) {
     if (shared->tag != tag || !shared->block.live) continue;

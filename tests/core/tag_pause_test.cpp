@@ -184,6 +184,26 @@ TEST_F(TagPauseTest, PauseWithBackupGivesThePagesBackAndResumeRestoresEveryByteA
   EXPECT_EQ(allocator_->tessera_stats().backup_cache_bytes, 0u);
 }
 
+// Resume takes idle pages of the other tags' memory into the pool for the tag's blocks, and the blocks map
+// those: no chunk is created beside them, which would leave them pooled and held (colocated RL: the actor's
+// memory, freed, is what the engine's weights come back on). An allocation under a tag still takes only
+// chunks none of which is mapped (PagePool.TakeFromWholeChunkSkipsChunksPartlyMapped).
+TEST_F(TagPauseTest, ResumeMapsTheIdlePagesItTookInsteadOfCreatingChunks) {
+  make(256);
+  allocate(8 * granule, "weights", OnPause::back_up);
+  must(allocator_->pause("weights", true));
+  const Address actor = allocate(32 * granule);  // the default tag's, on a chunk of its own (and its surplus)
+  allocate(granule);                              // live beside it: that chunk stays partly mapped
+  free(actor);
+  const DriverCensus before = driver_->census();
+  const std::uint64_t created = driver_->tally().calls_of(DriverCall::create_chunk);
+  must(allocator_->resume("weights"));
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), created) << "a chunk created on resume";
+  EXPECT_EQ(driver_->census().page_bytes, before.page_bytes) << "more memory held after the resume";
+  expect_intact();
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+}
+
 // A tag paused every step reuses the host buffers of its last backup: no host memory allocated again.
 TEST_F(TagPauseTest, ASecondPauseReusesTheBackupBuffersOfTheFirst) {
   make(256);
