@@ -79,6 +79,11 @@ struct DriverCapabilities {
   // export_chunk / import_chunk: a chunk shared with another process through a file descriptor (host with
   // HostDriverOptions::shareable_chunks, CUDA with CudaDriverOptions::shareable_chunks and the calls in libcuda)
   bool shareable_chunks = false;
+  // record_event() may record an event again once its work completed (CUDA: cuEventRecord overwrites what it
+  // captured; host, sim). Not Ascend: a plain aclrtCreateEvent event is documented as recordable again only
+  // when made with aclrtCreateEventExWithFlag, and a recorded one holds one of a limited number of hardware
+  // event ids — there an event is destroyed once it completed.
+  bool reusable_events = false;
 };
 
 // A chunk exported for another process: a file descriptor the caller now owns (and closes) that names the

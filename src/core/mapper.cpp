@@ -234,7 +234,7 @@ Result<EventId> Mapper::record_event(StreamId stream) {
 }
 
 void Mapper::recycle_event(EventId event) {
-  if (spare_events_.size() < max_spare_events_) {
+  if (driver_.capabilities().reusable_events && spare_events_.size() < max_spare_events_) {
     spare_events_.push_back(event);
   } else {
     destroy_event(event);

@@ -141,7 +141,8 @@ class Mapper {
   Result<EventId> record_event(StreamId stream);
   // An event whose work completed, kept to be recorded again, as PyTorch keeps its events: a free after
   // record_stream then costs a record and a query, not a create and a destroy besides. At most
-  // max_spare_events_ are kept (the rest are destroyed); release_spare_events() destroys them all.
+  // max_spare_events_ are kept (the rest are destroyed), and none where the driver's events are not
+  // reusable_events (Ascend); release_spare_events() destroys them all.
   void recycle_event(EventId event);
   void release_spare_events();
   std::size_t spare_events() const noexcept { return spare_events_.size(); }
@@ -175,7 +176,7 @@ class Mapper {
   std::vector<EventId> spare_events_;  // completed, to be recorded again
   std::vector<EventId> stale_events_;  // events whose destroy failed
   // Far more than the events waiting at once in any trace we hold (fsdp: 33), so that none is destroyed
-  // in steady state, and few enough to hold no driver resource of note.
+  // in steady state; a CUDA event is host state until recorded again, nothing the device runs short of.
   static constexpr std::size_t max_spare_events_ = 1024;
   std::vector<HostBuffer> stale_backups_;  // host buffers whose free failed
 };

@@ -236,9 +236,9 @@ Result<void> TesseraAllocatorImpl::do_record_stream(Address address, StreamId st
 Result<void> TesseraAllocatorImpl::empty_cache() {
   std::lock_guard lock(mutex_);
   if (auto done = process_pending(true); !done) return done;
+  mapper_.release_spare_events();  // every event completed now: none is kept past an empty_cache
   if (auto taken = backer_.reclaim(std::numeric_limits<std::size_t>::max(), nullptr); !taken) return std::move(taken).error();
   tags_.free_kept_buffers();
-  mapper_.release_spare_events();
   return mapper_.release_pooled(0);
 }
 

@@ -482,7 +482,8 @@ constexpr DriverCapabilities cuda_capabilities(bool shareable) {
           .partial_map = true,
           .survives_fork = false,
           .host_backup = true,
-          .shareable_chunks = shareable};
+          .shareable_chunks = shareable,
+          .reusable_events = true};
 }
 
 cu::Types::Event to_event(detail::PlatformHandle handle) {

@@ -24,7 +24,8 @@ DriverCapabilities sim_capabilities(SimPlatform platform) {
                             .asynchronous = false,
                             .partial_map = cuda,
                             .survives_fork = true,
-                            .host_backup = true};
+                            .host_backup = true,
+                            .reusable_events = cuda};
 }
 
 class SimDriver final : public detail::PlatformDriver, public SimClock {

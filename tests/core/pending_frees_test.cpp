@@ -100,6 +100,25 @@ TEST_F(PendingFreesTest, TheNextFreeRecordsTheSpareEventsAgain) {
   EXPECT_EQ(driver.census().events, 1u) << "kept again, not destroyed";
 }
 
+// Where events are not reusable_events (Ascend's plain events), a completed one is destroyed, not kept.
+TEST(PendingFreesOnAscend, ACompletedEventIsDestroyedWhereEventsAreNotReusable) {
+  FaultInjectingDriver driver{
+      must(make_sim_driver({.capacity = 64 * granule, .granularity = granule, .platform = SimPlatform::ascend}))
+          .driver};
+  ASSERT_FALSE(driver.capabilities().reusable_events);
+  Observers observers;
+  Mapper mapper{driver, observers};
+  PendingFrees pending{mapper};
+  Arena arena{0, own, SizePool::large, default_tag, granule};
+  Block block = live_block(0x1000, 100);
+  const BlockEvent freed{block.address, block.size, block.requested, own, SizePool::large, true};
+  TESSERA_OK(pending.wait_for(&arena, &block, std::vector<StreamId>{side}, freed));
+  EXPECT_EQ(driver.census().events, 1u);
+  ASSERT_EQ(pending.drain(false).completed.size(), 1u);
+  EXPECT_EQ(mapper.spare_events(), 0u);
+  EXPECT_EQ(driver.census().events, 0u);
+}
+
 // Spares are bounded: a burst of frees waiting at once leaves at most 1,024 events behind, the rest destroyed.
 TEST_F(PendingFreesTest, AtMostSoManySpareEventsAreKept) {
   constexpr std::size_t burst = 1100;

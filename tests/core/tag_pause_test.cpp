@@ -192,12 +192,16 @@ TEST_F(TagPauseTest, ResumeMapsTheIdlePagesItTookInsteadOfCreatingChunks) {
   make(256);
   allocate(8 * granule, "weights", OnPause::back_up);
   must(allocator_->pause("weights", true));
-  const Address actor = allocate(32 * granule);  // the default tag's, on a chunk of its own (and its surplus)
-  allocate(granule);                              // live beside it: that chunk stays partly mapped
-  free(actor);
+  const Address actor = allocate(32 * granule);  // the default tag's, on a chunk of its own with a surplus
+  allocate(31 * granule);                         // live beside it, on the surplus
+  if (const Bytes rest = allocator_->tessera_stats().pooled_bytes; rest > 0) allocate(rest);
+  ASSERT_EQ(allocator_->tessera_stats().pooled_bytes, 0u) << "nothing pooled: resume must take idle pages";
+  free(actor);  // idle, cached: its chunk stays partly mapped
   const DriverCensus before = driver_->census();
   const std::uint64_t created = driver_->tally().calls_of(DriverCall::create_chunk);
+  const std::uint64_t unmapped = driver_->tally().calls_of(DriverCall::unmap);
   must(allocator_->resume("weights"));
+  EXPECT_GT(driver_->tally().calls_of(DriverCall::unmap), unmapped) << "resume took the actor's idle pages";
   EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), created) << "a chunk created on resume";
   EXPECT_EQ(driver_->census().page_bytes, before.page_bytes) << "more memory held after the resume";
   expect_intact();
