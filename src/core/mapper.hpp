@@ -176,7 +176,8 @@ class Mapper {
   std::vector<EventId> spare_events_;  // completed, to be recorded again
   std::vector<EventId> stale_events_;  // events whose destroy failed
   // Far more than the events waiting at once in any trace we hold (fsdp: 33), so that none is destroyed
-  // in steady state; a CUDA event is host state until recorded again, nothing the device runs short of.
+  // in steady state; CUDA has no small limit on events (Ascend's hardware event ids have one: none is kept
+  // there, reusable_events).
   static constexpr std::size_t max_spare_events_ = 1024;
   std::vector<HostBuffer> stale_backups_;  // host buffers whose free failed
 };
