@@ -152,6 +152,40 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
   return failure;
 }
 
+// Far from the limit, a block backed at its region's frontier where the arena grows down (the next blocks
+// are carved just below it) maps pooled granules below itself too, under the same set-access call: the next
+// blocks there find their pages mapped and cost no driver call. Granule pages, so that a block carved over
+// one pins no more than one granule; pooled ones only (a chunk's surplus), so that nothing is created for
+// them; at most half of the pool (rounded up), so that the other arenas (the small pool, other streams),
+// which cannot use pages mapped here without an unmap, still find pooled pages (all of it raised the peak
+// reserved of niu_b10_ctx200_train_mixed by 66 MiB: docs/allocator.md). Not in a private pool, whose
+// free blocks keep their pages out of every reclaim's reach. Answers the frontier when it took any.
+Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotRange& touched) {
+  Block* frontier = block.previous;
+  if (!backing_.grows || !room_to_spare() || arena.private_pool() != shared_cache ||
+      !placements_.of(arena).grows_down() || frontier == nullptr || !frontier->is_free() ||
+      frontier->previous != nullptr) {
+    return nullptr;
+  }
+  const std::size_t most = std::min<std::size_t>(touched.count >= coalesce_min_granules ? ahead_after_large : ahead_after_small,
+                                                 (mapper_.pool().granules() + 1) / 2);
+  const Region& region = arena.region_of(block);
+  const SlotRange below = arena.inner_slots(*frontier);
+  std::size_t slot = touched.first;
+  std::size_t taken = 0;
+  while (taken < most && slot > below.first && slot - 1 < below.end() && !region.is_mapped(slot - 1)) {
+    auto page = mapper_.take_pooled(1, pages_split());
+    if (!page) break;
+    --slot;
+    backing_.assignments.push_back({slot, *page});
+    ++taken;
+  }
+  if (taken == 0) return nullptr;
+  std::sort(backing_.assignments.begin(), backing_.assignments.end(),
+            [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
+  return frontier;
+}
+
 // Whether at most 1/`share` of the limit is held: far enough from it that a page larger than a granule
 // will not be what a later request lacks. A quarter for merged mappings (room_to_spare), measured: within one
 // granule of min_capacity on every shared trace; an eighth for whole handles, which the pool cannot cut
@@ -216,6 +250,7 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
       backing.gaps.push_back({slot, slot + 1});
     }
   }
+  const bool backs_first_slot = !backing.gaps.empty() && backing.gaps.front().next == touched.first;
   const SlotRange inner = arena.inner_slots(block);
   using Reclaim = AllocatorConfig::Reclaim;
   auto take_idle = [&]() -> Result<void> {
@@ -261,11 +296,12 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
             [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
   const std::uint64_t moved = backing.stitched();
   if (room_to_spare()) coalesce(assignments, inner);
-  if (auto mapped = mapper_.map_pages(region, assignments); !mapped) {
-    assignments.clear();  // the mapper pooled them again
-    return mapped;
-  }
-  assignments.clear();
+  Block* frontier = backs_first_slot ? map_ahead(arena, block, touched) : nullptr;
+  auto mapped = mapper_.map_pages(region, assignments);
+  assignments.clear();  // on a failure, the mapper pooled them again
+  // Reclaim must find the pages mapped ahead (and any a failed rollback left mapped there).
+  if (frontier != nullptr) placements_.of(arena).note_idle_pages(frontier);
+  if (!mapped) return mapped;
   if (moved > 0) observers_.notify([&](AllocatorObserver& observer) { observer.stitched(moved); });
   collect_garbage();
   return {};

@@ -77,6 +77,11 @@ class Placement {
   Block* lend(Block* free_block, Address at, Bytes size);
   // Makes a live or pending block free again and merges it with its free neighbours.
   Block* give_back(Block* block, std::uint64_t clock);
+  // A free block that now holds idle pages it was not freed with (pages mapped ahead): in the reclaim list,
+  // as the newest freed where it is not there already.
+  void note_idle_pages(Block* block) {
+    if (!block->reclaim_hook.is_linked()) reclaim_list_->push_back(*block);
+  }
   // A freed block that must wait for events: neither live nor reusable.
   static void mark_pending(Block* block) {
     block->live = false;

@@ -110,6 +110,10 @@ TEST_F(BlockExport, AFreedExportedBlockKeepsTheImportersBytesAndIsNeverReusedByT
   close_all(exported);
   const std::uint64_t released_before = exporter_.driver->tally().calls_of(DriverCall::release_chunk);
   must(exporter_.allocator->deallocate(block));
+  EXPECT_EQ(exporter_.allocator->check(), std::nullopt);
+  // The chunk goes back once none of it is mapped: its other granules, mapped ahead below the block
+  // (page_backing.cpp, map_ahead), go when empty_cache takes the idle pages back.
+  must(exporter_.allocator->empty_cache());
   EXPECT_GT(exporter_.driver->tally().calls_of(DriverCall::release_chunk), released_before)
       << "the exported block's chunk stayed held after its free";
   EXPECT_EQ(exporter_.allocator->check(), std::nullopt);

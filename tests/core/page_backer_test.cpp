@@ -7,6 +7,7 @@
 // reclaimed into the pool; a shared block's pages come pooled, else new, within the limit.
 #include "core/page_backer.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "driver/driver_fixtures.hpp"
@@ -214,6 +215,111 @@ TEST(PageBackerCoalescing, AMapThatFailsAfterAMergedPageLeavesNothingMappedAndEv
     TESSERA_OK(rig.backer.back(rig.placement.arena(), *again, false));
     EXPECT_EQ(rig.faults.census().pages, chunks);
     EXPECT_EQ(rig.faults.census().mappings, 2u);
+  }
+}
+
+// A large arena that grows down (as with the default page_max), far from the limit, behind a fault injector:
+// a block backed at the frontier also maps half the pooled granules just below itself, where the next
+// blocks are carved, under its one set-access call.
+struct AheadRig {
+  SimDriverHandle sim = must(make_sim_driver({.capacity = 256 * granule, .granularity = granule}));
+  SimClock* clock = sim.clock;
+  FaultInjectingDriver faults{std::move(sim.driver)};
+  AllocatorConfig config{.chunk_max = 64 * granule};
+  Observers observers;
+  Mapper mapper{faults, observers};
+  Budget budget{mapper};
+  Placements placements{granule, true};
+  PageBacker backer{mapper, budget, placements, observers, config};
+  Placement& placement;
+
+  explicit AheadRig(PrivatePoolIndex private_pool = shared_cache)
+      : placement(placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag, private_pool))) {
+    placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule);
+  }
+  Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
+  const Region& region() { return placement.arena().region(0); }
+  std::uint64_t calls(DriverCall call) const { return clock->modelled().calls_of(call); }
+  std::size_t mapped_slots() {
+    std::size_t count = 0;
+    for (std::size_t slot = region().table_begin(); slot < region().table_end(); ++slot) {
+      count += region().is_mapped(slot) ? 1 : 0;
+    }
+    return count;
+  }
+};
+
+TEST(PageBackerAhead, TheNextBlockAtTheFrontierFindsItsPagesMappedAndCostsNoCall) {
+  AheadRig rig;
+  Block* first = rig.take(8 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *first, false));
+  EXPECT_EQ(rig.mapper.held(), 16 * granule) << "the chunk grew by as much again as the block needs";
+  EXPECT_EQ(rig.mapped_slots(), 12u) << "the block's 8 granules and 4 below it: half of the 8 pooled";
+  EXPECT_EQ(rig.mapper.pool().granules(), 4u) << "the other half stays pooled for the other arenas";
+  EXPECT_EQ(rig.calls(DriverCall::set_access), 1u) << "one set-access call over the block and the granules below";
+  const SlotRange touched = rig.placement.arena().touched_slots(*first);
+  for (std::size_t slot = touched.first - 4; slot < touched.first; ++slot) {
+    EXPECT_TRUE(rig.region().is_accessible(slot)) << slot;
+    EXPECT_EQ(rig.region().page_granules_at(slot), 1u) << "granule pages: a block over one pins no more";
+  }
+  EXPECT_FALSE(rig.region().is_mapped(touched.first - 5));
+
+  Block* frontier = rig.placement.fit(4 * granule);
+  ASSERT_NE(frontier, nullptr);
+  EXPECT_TRUE(rig.placement.is_cached(*frontier, 4 * granule)) << "the fast path's test holds";
+  const CallTally before = rig.clock->modelled();
+  Block* second = rig.take(4 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *second, false));
+  EXPECT_EQ(rig.clock->modelled().calls, before.calls) << "no driver call for the next block";
+}
+
+TEST(PageBackerAhead, NearTheLimitNothingIsMappedAhead) {
+  AheadRig rig;
+  rig.budget.set_fraction(64.0 / 256);  // 64 granules: the 24-granule chunk below is past a quarter of it
+  Block* block = rig.take(12 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  ASSERT_GT(rig.mapper.held(), rig.budget.limit() / 4);
+  EXPECT_EQ(rig.mapped_slots(), 12u);
+  EXPECT_EQ(rig.mapper.pool().granules(), 12u) << "the surplus stays pooled, for whichever block needs it";
+}
+
+TEST(PageBackerAhead, NotInAPrivatePool) {
+  AheadRig rig(PrivatePoolIndex{1});
+  Block* block = rig.take(8 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.mapped_slots(), 8u) << "a pool's free blocks keep their pages from every reclaim";
+  EXPECT_EQ(rig.mapper.pool().granules(), 8u);
+}
+
+// The frontier was never freed, so it was in no reclaim list: it joins it when pages are mapped ahead there.
+TEST(PageBackerAhead, PagesMappedAheadAreReclaimable) {
+  AheadRig rig;
+  Block* block = rig.take(8 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  std::vector<Page> taken;
+  EXPECT_EQ(must(rig.backer.reclaim(8, &taken)), 4u) << "the four granules below the live block";
+  EXPECT_EQ(taken.size(), 4u);
+  EXPECT_EQ(rig.mapped_slots(), 8u);
+  EXPECT_EQ(rig.mapper.pool().granules(), 8u);
+  EXPECT_TRUE(rig.region().all_accessible(rig.placement.arena().touched_slots(*block))) << "the live block keeps its";
+}
+
+TEST(PageBackerAhead, ACallThatFailsLeavesNothingMappedAndEveryPagePooled) {
+  const std::pair<DriverCall, std::uint64_t> failures[] = {
+      {DriverCall::map, 1}, {DriverCall::map, 4}, {DriverCall::map, 5}, {DriverCall::map, 12}, {DriverCall::set_access, 1}};
+  for (const auto& [call, nth] : failures) {
+    SCOPED_TRACE(fmt::format("{} #{}", to_string(call), nth));
+    AheadRig rig;
+    Block* block = rig.take(8 * granule);
+    rig.faults.fail(call, nth);
+    ASSERT_FALSE(rig.backer.back(rig.placement.arena(), *block, false));
+    EXPECT_EQ(rig.faults.census().mappings, 0u);
+    EXPECT_EQ(rig.mapped_slots(), 0u);
+    EXPECT_EQ(rig.mapper.pool().granules() * granule, rig.mapper.held()) << "every page pooled";
+    rig.faults.clear_all();
+    TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+    EXPECT_EQ(rig.mapped_slots(), 12u) << "backed again from the pool, pages ahead included";
+    EXPECT_EQ(rig.faults.census().pages, 1u) << "no new chunk";
   }
 }
 
