@@ -110,10 +110,10 @@ class PageBacker {
   static constexpr Bytes growth_step = 64 * MiB;
   Result<void> create_for_gaps(const SlotRange& inner, std::size_t extend_to);
   Block* map_ahead(const Arena& arena, const Block& block, const SlotRange& touched);
-  // The most granules map_ahead() maps below a block. Below a block of granule pages (fewer than
-  // coalesce_min_granules), as many as cost one set-access call in map calls (24 x 1.45 us < 36 us,
-  // modelled): what a next block of up to that many then saves. Below a larger block, whose own run is one
-  // mapping, 5: each costs a map call that a next large block's own run would have saved. Measured
+  // The most granules map_ahead() maps below a block. Below a block of fewer than coalesce_min_granules
+  // (granule pages), as many as cost one set-access call in map calls (24 x 1.45 us < 36 us, modelled):
+  // what a next block of up to that many then saves. Below a larger block, whose own run is one mapping,
+  // 5: each costs a map call that a next large block's own run would have covered. Measured
   // (docs/allocator.md, "Pages and chunks"): 4 leaves the attention micro-benchmark above the pytorch
   // model's time; more costs the workloads of large blocks map calls.
   static constexpr std::size_t ahead_after_small = 24;

@@ -167,8 +167,8 @@ Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotR
       frontier->previous != nullptr) {
     return nullptr;
   }
-  const std::size_t most = std::min<std::size_t>(touched.count >= coalesce_min_granules ? ahead_after_large : ahead_after_small,
-                                                 (mapper_.pool().granules() + 1) / 2);
+  const std::size_t most_below = touched.count >= coalesce_min_granules ? ahead_after_large : ahead_after_small;
+  const std::size_t most = std::min<std::size_t>(most_below, (mapper_.pool().granules() + 1) / 2);
   const Region& region = arena.region_of(block);
   const SlotRange below = arena.inner_slots(*frontier);
   std::size_t slot = touched.first;

@@ -305,8 +305,12 @@ TEST(PageBackerAhead, PagesMappedAheadAreReclaimable) {
 }
 
 TEST(PageBackerAhead, ACallThatFailsLeavesNothingMappedAndEveryPagePooled) {
-  const std::pair<DriverCall, std::uint64_t> failures[] = {
-      {DriverCall::map, 1}, {DriverCall::map, 4}, {DriverCall::map, 5}, {DriverCall::map, 12}, {DriverCall::set_access, 1}};
+  // The first granule ahead, the last, the block's first, its last, and the one set-access call.
+  const std::pair<DriverCall, std::uint64_t> failures[] = {{DriverCall::map, 1},
+                                                           {DriverCall::map, 4},
+                                                           {DriverCall::map, 5},
+                                                           {DriverCall::map, 12},
+                                                           {DriverCall::set_access, 1}};
   for (const auto& [call, nth] : failures) {
     SCOPED_TRACE(fmt::format("{} #{}", to_string(call), nth));
     AheadRig rig;
