@@ -13,6 +13,8 @@
 //      only after a block over slivers could not be built: sliver_sharing.cpp);
 //   5. where pooled pages cannot be split and are too large for the holes, they go back to the device and
 //      granule pages replace them.
+// Far from the limit, a block at its region's frontier also maps pooled granules just below itself, where
+// the next blocks are carved (map_ahead).
 // Taking idle pages is stitching: pages freed in scattered places become one contiguous block.
 #include <fmt/format.h>
 
@@ -158,31 +160,32 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
 // one pins no more than one granule; pooled ones only (a chunk's surplus), so that nothing is created for
 // them; at most half of the pool (rounded up), so that the other arenas (the small pool, other streams),
 // which cannot use pages mapped here without an unmap, still find pooled pages (all of it raised the peak
-// reserved of niu_b10_ctx200_train_mixed by 66 MiB: docs/allocator.md). Not in a private pool, whose
-// free blocks keep their pages out of every reclaim's reach. Answers the frontier when it took any.
+// reserved of niu_b10_ctx200_train_mixed by 66 MiB: docs/allocator.md). Only where a block that lacks pages
+// takes idle ones back (reclaim:when_full; with `never` these would be stranded here), and not in a private
+// pool, whose free blocks keep their pages out of every reclaim's reach. Called before the block's own pages
+// are mapped; answers the frontier when it took any.
 Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotRange& touched) {
-  Block* frontier = block.previous;
-  if (!backing_.grows || !room_to_spare() || arena.private_pool() != shared_cache ||
-      !placements_.of(arena).grows_down() || frontier == nullptr || !frontier->is_free() ||
-      frontier->previous != nullptr) {
+  const Region& region = arena.region_of(block);
+  if (!backing_.grows || config_.reclaim != AllocatorConfig::Reclaim::when_full || !room_to_spare() ||
+      arena.private_pool() != shared_cache || region.is_mapped(touched.first)) {
     return nullptr;
   }
+  Block* frontier = placements_.of(arena).frontier_below(block);
+  if (frontier == nullptr) return nullptr;
   const std::size_t most_below = touched.count >= coalesce_min_granules ? ahead_after_large : ahead_after_small;
   const std::size_t most = std::min<std::size_t>(most_below, (mapper_.pool().granules() + 1) / 2);
-  const Region& region = arena.region_of(block);
   const SlotRange below = arena.inner_slots(*frontier);
-  std::size_t slot = touched.first;
-  std::size_t taken = 0;
-  while (taken < most && slot > below.first && slot - 1 < below.end() && !region.is_mapped(slot - 1)) {
+  std::vector<Assignment> ahead;  // from the block down
+  for (std::size_t slot = touched.first; ahead.size() < most && slot > below.first && slot - 1 < below.end() &&
+                                         !region.is_mapped(slot - 1);
+       --slot) {
     auto page = mapper_.take_pooled(1, pages_split());
     if (!page) break;
-    --slot;
-    backing_.assignments.push_back({slot, *page});
-    ++taken;
+    ahead.push_back({slot - 1, *page});
   }
-  if (taken == 0) return nullptr;
-  std::sort(backing_.assignments.begin(), backing_.assignments.end(),
-            [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
+  if (ahead.empty()) return nullptr;
+  // Every one lies below the block's pages: in front of them, lowest first, the assignments stay sorted.
+  backing_.assignments.insert(backing_.assignments.begin(), ahead.rbegin(), ahead.rend());
   return frontier;
 }
 
@@ -250,7 +253,6 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
       backing.gaps.push_back({slot, slot + 1});
     }
   }
-  const bool backs_first_slot = !backing.gaps.empty() && backing.gaps.front().next == touched.first;
   const SlotRange inner = arena.inner_slots(block);
   using Reclaim = AllocatorConfig::Reclaim;
   auto take_idle = [&]() -> Result<void> {
@@ -296,7 +298,7 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
             [](const Assignment& a, const Assignment& b) { return a.head < b.head; });
   const std::uint64_t moved = backing.stitched();
   if (room_to_spare()) coalesce(assignments, inner);
-  Block* frontier = backs_first_slot ? map_ahead(arena, block, touched) : nullptr;
+  Block* frontier = map_ahead(arena, block, touched);
   auto mapped = mapper_.map_pages(region, assignments);
   assignments.clear();  // on a failure, the mapper pooled them again
   // Reclaim must find the pages mapped ahead (and any a failed rollback left mapped there).

@@ -77,11 +77,15 @@ class Placement {
   Block* lend(Block* free_block, Address at, Bytes size);
   // Makes a live or pending block free again and merges it with its free neighbours.
   Block* give_back(Block* block, std::uint64_t clock);
-  // A free block that now holds idle pages it was not freed with (pages mapped ahead): in the reclaim list,
-  // as the newest freed where it is not there already.
-  void note_idle_pages(Block* block) {
-    if (!block->reclaim_hook.is_linked()) reclaim_list_->push_back(*block);
+  // Where the arena grows down: the region's free frontier when it lies directly below `block` (the next
+  // blocks are carved from its top, just below `block`); null otherwise.
+  Block* frontier_below(const Block& block) const noexcept {
+    Block* below = block.previous;
+    return grows_down_ && below != nullptr && below->previous == nullptr && below->is_free() ? below : nullptr;
   }
+  // A free block that now holds idle pages it was not freed with (pages mapped ahead): the newest freed in
+  // the reclaim list, so that reclaim takes them last, as pages freed now.
+  void note_idle_pages(Block* block) { make_newest_freed(block); }
   // A freed block that must wait for events: neither live nor reusable.
   static void mark_pending(Block* block) {
     block->live = false;

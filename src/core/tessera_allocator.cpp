@@ -164,6 +164,8 @@ Result<Address> TesseraAllocatorImpl::allocate_slow(Bytes size, StreamId stream)
   }
   notify([](AllocatorObserver& observer) { observer.alloc_retried(); });
   if (auto done = process_pending(true); !done) return std::move(done).error();
+  // A freed exported block's chunk whose last pages the tries above took back into the pool goes now.
+  mapper_.release_retired();
   placed = place(placement, nullptr, rounded, size, stream, true);
   if (placed || placed.error().code != Errc::out_of_memory) return placed;
   if (auto shared = over_slivers(any_middle)) return std::move(*shared);

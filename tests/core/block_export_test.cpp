@@ -127,6 +127,19 @@ TEST_F(BlockExport, AFreedExportedBlockKeepsTheImportersBytesAndIsNeverReusedByT
   must(importer_.allocator->close_import(there));
 }
 
+// A freed exported block's chunk does not stay held against the limit: when reclaim takes the chunk's last
+// mapped pages (here, granules of it mapped ahead below the block), the chunk goes back, and an allocation
+// of the whole capacity on another stream finds the room.
+TEST_F(BlockExport, AFreedExportedBlocksChunkGoesBackWhenReclaimTakesItsLastPages) {
+  const Address block = must(exporter_.allocator->allocate(block_bytes, default_stream));
+  const ExportedBlock exported = must(exporter_.allocator->export_block(block));
+  close_all(exported);
+  must(exporter_.allocator->deallocate(block));
+  const Address all = must(exporter_.allocator->allocate(exporter_.driver->capacity(), StreamId{4}));
+  EXPECT_EQ(exporter_.allocator->check(), std::nullopt);
+  must(exporter_.allocator->deallocate(all));
+}
+
 TEST_F(BlockExport, PausingTheTagOfAnExportedBlockIsRefusedNamingIt) {
   Address block = 0;
   {

@@ -233,8 +233,10 @@ struct AheadRig {
   PageBacker backer{mapper, budget, placements, observers, config};
   Placement& placement;
 
-  explicit AheadRig(PrivatePoolIndex private_pool = shared_cache)
-      : placement(placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag, private_pool))) {
+  explicit AheadRig(PrivatePoolIndex private_pool = shared_cache,
+                    AllocatorConfig::Reclaim reclaim = AllocatorConfig::Reclaim::when_full)
+      : config{.chunk_max = 64 * granule, .reclaim = reclaim},
+        placement(placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag, private_pool))) {
     placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule);
   }
   Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
@@ -281,6 +283,15 @@ TEST(PageBackerAhead, NearTheLimitNothingIsMappedAhead) {
   ASSERT_GT(rig.mapper.held(), rig.budget.limit() / 4);
   EXPECT_EQ(rig.mapped_slots(), 12u);
   EXPECT_EQ(rig.mapper.pool().granules(), 12u) << "the surplus stays pooled, for whichever block needs it";
+}
+
+// With reclaim:never no block takes idle pages: granules mapped ahead would be stranded in this arena.
+TEST(PageBackerAhead, NotWhereBlocksNeverTakeIdlePages) {
+  AheadRig rig(shared_cache, AllocatorConfig::Reclaim::never);
+  Block* block = rig.take(8 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.mapped_slots(), 8u);
+  EXPECT_EQ(rig.mapper.pool().granules(), 8u) << "the surplus stays pooled, for any arena";
 }
 
 TEST(PageBackerAhead, NotInAPrivatePool) {
