@@ -134,30 +134,40 @@ TEST_F(PageBackerTest, ASharedBlocksPagesArePooledElseNewWithinTheLimit) {
   EXPECT_NE(refused.error().message.find("no room under the limit"), std::string::npos) << refused.error().message;
 }
 
+std::size_t slots_mapped_in(const Region& region) {
+  std::size_t count = 0;
+  for (std::size_t slot = region.table_begin(); slot < region.table_end(); ++slot) {
+    count += region.is_mapped(slot) ? 1 : 0;
+  }
+  return count;
+}
+
 // A large device (far from the limit) behind a fault injector: runs of at least 16 of a block's own slots merge
-// into one page.
+// into one page. Its arena grows up unless asked to grow down (as with the default page_max).
 struct CoalescingRig {
   SimDriverHandle sim = must(make_sim_driver({.capacity = 256 * granule, .granularity = granule}));
+  SimClock* clock = sim.clock;
   FaultInjectingDriver faults{std::move(sim.driver)};
-  AllocatorConfig config{.chunk_max = 64 * granule};
+  AllocatorConfig config;
   Observers observers;
   Mapper mapper{faults, observers};
   Budget budget{mapper};
-  Placements placements{granule, false};
+  Placements placements;
   PageBacker backer{mapper, budget, placements, observers, config};
-  Placement& placement = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
+  Placement& placement;
 
-  CoalescingRig() { placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule); }
+  explicit CoalescingRig(bool grows_down = false, PrivatePoolIndex private_pool = shared_cache,
+                         AllocatorConfig::Reclaim reclaim = AllocatorConfig::Reclaim::when_full)
+      : config{.chunk_max = 64 * granule, .reclaim = reclaim},
+        placements{granule, grows_down},
+        placement(placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag, private_pool))) {
+    placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule);
+  }
 
   Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
   const Region& region() { return placement.arena().region(0); }
-  std::size_t mapped_slots() {
-    std::size_t count = 0;
-    for (std::size_t slot = region().table_begin(); slot < region().table_end(); ++slot) {
-      count += region().is_mapped(slot) ? 1 : 0;
-    }
-    return count;
-  }
+  std::size_t mapped_slots() { return slots_mapped_in(region()); }
+  std::uint64_t calls(DriverCall call) const { return clock->modelled().calls_of(call); }
 };
 
 TEST(PageBackerCoalescing, FarFromTheLimitABlocksOwnSlotsAreOnePageAndItsSharedEdgeAGranule) {
@@ -221,34 +231,10 @@ TEST(PageBackerCoalescing, AMapThatFailsAfterAMergedPageLeavesNothingMappedAndEv
 // A large arena that grows down (as with the default page_max), far from the limit, behind a fault injector:
 // a block backed at the frontier also maps half the pooled granules just below itself, where the next
 // blocks are carved, under its one set-access call.
-struct AheadRig {
-  SimDriverHandle sim = must(make_sim_driver({.capacity = 256 * granule, .granularity = granule}));
-  SimClock* clock = sim.clock;
-  FaultInjectingDriver faults{std::move(sim.driver)};
-  AllocatorConfig config{.chunk_max = 64 * granule};
-  Observers observers;
-  Mapper mapper{faults, observers};
-  Budget budget{mapper};
-  Placements placements{granule, true};
-  PageBacker backer{mapper, budget, placements, observers, config};
-  Placement& placement;
-
+struct AheadRig : CoalescingRig {
   explicit AheadRig(PrivatePoolIndex private_pool = shared_cache,
                     AllocatorConfig::Reclaim reclaim = AllocatorConfig::Reclaim::when_full)
-      : config{.chunk_max = 64 * granule, .reclaim = reclaim},
-        placement(placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag, private_pool))) {
-    placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule);
-  }
-  Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
-  const Region& region() { return placement.arena().region(0); }
-  std::uint64_t calls(DriverCall call) const { return clock->modelled().calls_of(call); }
-  std::size_t mapped_slots() {
-    std::size_t count = 0;
-    for (std::size_t slot = region().table_begin(); slot < region().table_end(); ++slot) {
-      count += region().is_mapped(slot) ? 1 : 0;
-    }
-    return count;
-  }
+      : CoalescingRig(true, private_pool, reclaim) {}
 };
 
 TEST(PageBackerAhead, TheNextBlockAtTheFrontierFindsItsPagesMappedAndCostsNoCall) {
