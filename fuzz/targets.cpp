@@ -437,7 +437,8 @@ int run_allocator_config(const std::uint8_t* data, std::size_t size) {
 //
 // Byte format (every byte is used; reading past the end gives zeros):
 //   header, 2 bytes: the device (granule 64 KiB or 2 MiB; capacity 8 or 64 MiB) and the configuration
-//     (reclaim policy, garbage collection, page_max, roundup divisions, small_max, virtual_factor, chunk_max);
+//     (reclaim policy, garbage collection, page_max, roundup divisions, small_max, virtual_factor, chunk_max,
+//     and whether the driver maps whole handles only, as Ascend's does);
 //   then operations, one opcode byte each, modulo 16, with their operand bytes:
 //     0-2 allocate (size: 1 class byte + 2 or 3 bytes; stream: 1 byte)    3-4 deallocate (block: 1 byte)
 //     5 record_stream (block, stream)     6 use: work on a held stream touches a block (block, which user)
@@ -482,6 +483,20 @@ std::uint64_t raw(StreamId stream) { return static_cast<std::uint64_t>(stream); 
 // event recorded on it after the work, is proven complete; unmapping such a range before that, or handing
 // it to another stream, is a violation.
 using Witness = test_support::StreamWitness;
+
+// The host driver as a platform that maps whole handles only (Ascend's aclrtMapMem): the allocator's
+// handle-per-block rules and the handles it gives back before a block would pin part of one.
+class WholeHandlesOnly final : public ForwardingDriver {
+ public:
+  explicit WholeHandlesOnly(std::unique_ptr<Driver> inner) : ForwardingDriver(std::move(inner)) {
+    capabilities_ = ForwardingDriver::capabilities();
+    capabilities_.partial_map = false;
+  }
+  const DriverCapabilities& capabilities() const noexcept override { return capabilities_; }
+
+ private:
+  DriverCapabilities capabilities_;
+};
 
 // The pattern word `word` of the block with id `seed`. A macro rather than a function, so that it is
 // inlined into the uninstrumented loops below even when they are compiled without optimization.
@@ -596,7 +611,9 @@ class OpsRun {
     if (!host) fail("no host driver: " + host.error().message);
     auto witness = std::make_unique<Witness>(std::move(*host));
     witness_ = witness.get();
-    faults_ = std::make_unique<FaultInjectingDriver>(std::move(witness));
+    std::unique_ptr<Driver> platform = std::move(witness);
+    if ((options & 16) != 0) platform = std::make_unique<WholeHandlesOnly>(std::move(platform));
+    faults_ = std::make_unique<FaultInjectingDriver>(std::move(platform));
     auto allocator = make_tessera_allocator(*faults_, config_);
     if (!allocator) fail("make_tessera_allocator: " + allocator.error().message);
     allocator_ = std::move(*allocator);

@@ -191,8 +191,7 @@ Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotR
 
 // Whether at most 1/`share` of the limit is held: far enough from it that a page larger than a granule
 // will not be what a later request lacks. A quarter for merged mappings (room_to_spare), measured: within one
-// granule of min_capacity on every shared trace; an eighth for whole handles, which the pool cannot cut
-// either (a quarter put the attention microbench 249 granules over on the ascend platform).
+// granule of min_capacity on every shared trace. (Whole handles have their own rule: release_straddled.)
 bool PageBacker::far_from_limit(std::size_t share) const { return mapper_.held() <= budget_.limit() / share; }
 bool PageBacker::room_to_spare() const { return pages_split() && page_max_granules_ == 1 && far_from_limit(4); }
 
@@ -235,13 +234,17 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   Backing& backing = backing_;
   Region& region = arena.region_of(block);
   const SlotRange touched = arena.touched_slots(block);
+  if (!mapper_.capabilities().partial_map) {
+    if (auto done = release_straddled(arena, block, touched); !done) return done;
+  }
   if (region.all_accessible(touched)) return {};  // the fast path: cached memory
 
   // Pages left mapped without access by an earlier failure get their access now, or the block fails.
   if (auto done = mapper_.restore_access(region, touched); !done) return done;
 
   backing.start(page_limit_for(arena));
-  if (!pages_split() && (arena.tag() != default_tag || far_from_limit(8))) backing.page_limit = whole_handle_granules_;
+  const bool far = mapper_.held() <= budget_.limit() / 100 * whole_handles_while_held_percent;
+  if (!pages_split() && (arena.tag() != default_tag || far)) backing.page_limit = whole_handle_granules_;
   backing.grows = arena.tag() == default_tag && page_max_granules_ == 1 && config_.garbage_collection_threshold == 0 &&
                   config_.reclaim != AllocatorConfig::Reclaim::first;
   backing.own_chunks = arena.tag() != default_tag && tagged == TaggedPages::own_chunks;
@@ -306,6 +309,45 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   if (!mapped) return mapped;
   if (moved > 0) observers_.notify([&](AllocatorObserver& observer) { observer.stitched(moved); });
   collect_garbage();
+  return {};
+}
+
+// Where handles are mapped whole, a handle that a block covers only in part, the rest of it free beside the
+// block, would be pinned whole by the block: none of it can be unmapped while the block lives. That is
+// what a handle per block costs near the limit (a free hole inside a live block's handle is what the next
+// large request lacks). So such a handle is shared only while what it pins is small beside the room left
+// under the limit (straddle_share_of_room); otherwise it is unmapped (after the proof that its stream is
+// done with it) and goes back to the device, and the block gets pages of its own. Only a handle whose
+// other part lies in free blocks: one under a live neighbour is pinned already.
+Result<void> PageBacker::release_straddled(Arena& arena, const Block& block, const SlotRange& touched) {
+  const Region& region = arena.region_of(block);
+  const std::size_t room = budget_.room();
+  std::vector<IdlePage> straddled;
+  auto consider = [&](std::size_t slot) {
+    if (!region.is_mapped(slot)) return;
+    const std::size_t head = region.head_of(slot);
+    const std::uint32_t granules = region.page_granules_at(head);
+    const std::size_t covered = std::min(head + granules, touched.end()) - std::max(head, touched.first);
+    const std::size_t pinned = granules - covered;
+    if (pinned == 0 || pinned * straddle_share_of_room <= room) return;
+    if (!straddled.empty() && straddled.back().head == head) return;  // one page over the whole block
+    const Address low = region.slot_address(head, granule_);
+    const Address high = region.slot_address(head + granules, granule_);
+    const Block* below = block.previous;
+    const Block* above = block.next;
+    if (low < block.address && (below == nullptr || !below->is_free() || below->address > low)) return;
+    if (high > block.end() && (above == nullptr || !above->is_free() || above->end() < high)) return;
+    straddled.push_back({&arena, block.region, head, granules});
+  };
+  consider(touched.first);
+  consider(touched.end() - 1);
+  if (straddled.empty()) return {};
+  const std::size_t pooled = mapper_.pool().granules();
+  Mapper::Unmapped unmapped = mapper_.unmap_idle(straddled, nullptr);
+  if (!unmapped.failure.ok()) return std::move(unmapped.failure);
+  // Pooled, a handle too large for the holes it would fill only waits held: it goes back now. A failure
+  // here leaves it pooled, which costs memory, not correctness.
+  (void)mapper_.release_pooled(pooled);
   return {};
 }
 

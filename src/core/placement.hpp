@@ -24,9 +24,10 @@ class Placement {
   // `reclaim_list` is shared by every placement of one allocator: free blocks that may hold idle pages, in
   // the order they were freed. The placement keeps it current as blocks are carved and merged.
   Placement(std::uint32_t index, StreamId stream, SizePool pool, TagId tag, Bytes granule, bool grows_down,
-            ReclaimList& reclaim_list, PrivatePoolIndex private_pool = shared_cache)
+            ReclaimList& reclaim_list, PrivatePoolIndex private_pool = shared_cache, bool whole_pages = false)
       : arena_(index, stream, pool, tag, granule, private_pool),
         grows_down_(grows_down),
+        whole_pages_(whole_pages),
         reclaim_list_(&reclaim_list),
         free_(grows_down) {}
   ~Placement();
@@ -59,12 +60,15 @@ class Placement {
     return grows_down_ ? free_block.end() - size : free_block.address;
   }
   // Whether the `size` bytes that take() would carve from a free block have an accessible page under every
-  // slot: carving them needs no driver call. The allocator's fast-path test.
+  // slot: carving them needs no driver call. The allocator's fast-path test. Where pages are whole handles,
+  // a block over part of a page is not: the page backer decides whether it shares the page or the page goes
+  // back (page_backing.cpp, release_straddled).
   bool is_cached(const Block& free_block, Bytes size) const noexcept {
     const Region& region = arena_.region_of(free_block);
     const Address at = carve_address(free_block, size);
     const std::size_t first = arena_.slot_of(region, at);
     const std::size_t last = arena_.slot_of(region, at + size - 1);
+    if (whole_pages_ && region.page_runs_past(first, last)) return false;
     if (first == last) return region.is_accessible(first);  // most blocks: one bit
     return region.all_accessible({first, last - first + 1});
   }
@@ -156,6 +160,7 @@ class Placement {
 
   Arena arena_;  // before free_: the index unlinks its blocks before they are destroyed
   bool grows_down_;
+  bool whole_pages_;
   ReclaimList* reclaim_list_;
   FreeIndex free_;
 };

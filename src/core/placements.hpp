@@ -29,7 +29,10 @@ class Placements {
   static PrivatePoolIndex private_pool_of(Key key) noexcept { return static_cast<PrivatePoolIndex>(key.second >> 40); }
 
   // large_grows_down: whether large arenas grow down from the top of their regions (placement.hpp).
-  Placements(Bytes granule, bool large_grows_down) : granule_(granule), large_grows_down_(large_grows_down) {}
+  // whole_pages: the driver maps whole handles only, so a block must not be carved over part of a page
+  // without the page backer seeing it (Placement::is_cached).
+  Placements(Bytes granule, bool large_grows_down, bool whole_pages = false)
+      : granule_(granule), large_grows_down_(large_grows_down), whole_pages_(whole_pages) {}
   Placements(const Placements&) = delete;
   Placements& operator=(const Placements&) = delete;
 
@@ -72,6 +75,7 @@ class Placements {
  private:
   Bytes granule_;
   bool large_grows_down_;
+  bool whole_pages_;
   std::uint64_t clock_ = 0;
   ReclaimList reclaim_list_;  // before list_: placements unlink their blocks as they go
   std::map<PrivatePoolIndex, std::unique_ptr<ReclaimList>> held_;  // before list_ too
@@ -90,7 +94,8 @@ inline Placement& Placements::find_or_add(Key key) {
     auto held = held_.find(private_pool);
     ReclaimList& joins = held == held_.end() ? reclaim_list_ : *held->second;
     list_.push_back(std::make_unique<Placement>(index, static_cast<StreamId>(key.first), pool, tag_of(key), granule_,
-                                                pool == SizePool::large && large_grows_down_, joins, private_pool));
+                                                pool == SizePool::large && large_grows_down_, joins, private_pool,
+                                                whole_pages_));
     found = by_key_.emplace(key, list_.back().get()).first;
   }
   last_key_ = key;

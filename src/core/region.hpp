@@ -57,6 +57,11 @@ class Region {
   std::uint32_t page_offset_at(std::size_t slot) const noexcept {
     return in_table(slot) ? page_offsets_[slot - table_low_] : 0;
   }
+  // Whether a page mapped over [first, last] runs on past either end: the page at `first` starts below it,
+  // or the slot after `last` belongs to the page at `last`.
+  bool page_runs_past(std::size_t first, std::size_t last) const noexcept {
+    return (is_mapped(first) && page_granules_at(first) == 0) || (is_mapped(last + 1) && page_granules_at(last + 1) == 0);
+  }
   // The head of the page mapped at `slot` (which must be mapped).
   std::size_t head_of(std::size_t slot) const noexcept {
     while (page_granules_at(slot) == 0) --slot;

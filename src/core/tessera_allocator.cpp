@@ -42,7 +42,7 @@ TesseraAllocatorImpl::TesseraAllocatorImpl(Driver& driver, const AllocatorConfig
       pending_(mapper_),
       // Large arenas grow down (placement.hpp says why), except where pages run on past a block into the free
       // space above it (page_max above the granule), which needs the space above free.
-      placements_(granule(), config.page_max / granule() <= 1),
+      placements_(granule(), config.page_max / granule() <= 1, !mapper_.capabilities().partial_map),
       tags_(mapper_, config.backup_cache),
       backer_(mapper_, budget_, placements_, observers_, config_) {
   observers_.set_pool_probe(*this);

@@ -540,5 +540,26 @@ TEST(AllocatorAddressSpace, ARegionBeyondTheAddressSpaceIsNamedAsSuch) {
   EXPECT_EQ(driver->census(), DriverCensus{});
 }
 
+// Where handles map whole (the ascend platform), a block carved over part of a free handle is not the fast
+// path: near the limit the handle goes back to the device instead of being pinned by the block.
+TEST(AllocatorWholeHandles, ABlockOverPartOfAFreeHandleNearTheLimitIsNotCarvedOnTheFastPath) {
+  constexpr Bytes handle_granule = 2 * MiB;
+  CountingDriver driver{must(make_sim_driver(
+      {.capacity = 64 * handle_granule, .granularity = handle_granule, .platform = SimPlatform::ascend}))
+                            .driver};
+  auto allocator = must(make_tessera_allocator(driver, {}));
+  const Address first = must(allocator->allocate(40 * handle_granule, default_stream));
+  ASSERT_EQ(driver.tally().calls_of(DriverCall::create_chunk), 1u) << "far from the limit: one handle";
+  must(allocator->deallocate(first));
+  // Carved over 8 granules of the free handle's 40: 32 pinned with 24 left under the limit.
+  const Address block = must(allocator->allocate(8 * handle_granule, default_stream));
+  EXPECT_EQ(driver.tally().calls_of(DriverCall::unmap), 1u);
+  EXPECT_EQ(driver.tally().calls_of(DriverCall::release_chunk), 1u);
+  EXPECT_EQ(allocator->stats().reserved_bytes, 8 * handle_granule);
+  EXPECT_EQ(driver.census().page_bytes, 8 * handle_granule);
+  EXPECT_EQ(allocator->check(), std::nullopt);
+  must(allocator->deallocate(block));
+}
+
 }  // namespace
 }  // namespace tessera

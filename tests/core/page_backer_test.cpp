@@ -341,6 +341,7 @@ struct WholeHandleRig {
 
   WholeHandleRig() { placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule); }
   Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
+  const Region& region() { return placement.arena().regions().front(); }
 };
 
 TEST(PageBackerWholeHandles, FarFromTheLimitABlocksOwnSlotsAreOneHandle) {
@@ -355,13 +356,97 @@ TEST(PageBackerWholeHandles, FarFromTheLimitABlocksOwnSlotsAreOneHandle) {
 
 TEST(PageBackerWholeHandles, NearTheLimitEveryGranuleIsAHandle) {
   WholeHandleRig rig;
-  rig.budget.set_fraction(64.0 / 256);  // 64 granules: whole handles while at most 8 are held
-  Block* first = rig.take(12 * granule);
+  rig.budget.set_fraction(64.0 / 256);  // 64 granules: whole handles while at most 57.6 are held
+  Block* first = rig.take(58 * granule);
   TESSERA_OK(rig.backer.back(rig.placement.arena(), *first, false));
   EXPECT_EQ(rig.faults.census().pages, 1u) << "nothing held yet: far from the limit";
   Block* second = rig.take(4 * granule);
   TESSERA_OK(rig.backer.back(rig.placement.arena(), *second, false));
-  EXPECT_EQ(rig.faults.census().pages, 5u) << "12 granules held, past an eighth of 64: one handle a granule";
+  EXPECT_EQ(rig.faults.census().pages, 5u) << "58 granules held, past 90% of 64: one handle a granule";
+}
+
+// A block over part of a free handle would pin the rest of it whole. Where that rest is large beside the
+// room left under the limit, the handle goes back to the device and the block gets a handle of its own;
+// where it is small, the block shares the handle and costs no driver call.
+struct StraddleRig : WholeHandleRig {
+  Block* freed_handle = nullptr;  // 40 granules mapped as one handle, free again
+  StraddleRig() {
+    budget.set_fraction(64.0 / 256);  // 64 granules
+    freed_handle = take(40 * granule);
+    TESSERA_OK(backer.back(placement.arena(), *freed_handle, false));
+    placements.give_back(freed_handle);
+  }
+};
+
+TEST(PageBackerWholeHandles, ABlockOverPartOfAFreeHandleThatWouldPinMuchOfTheRoomGetsItsOwn) {
+  StraddleRig rig;
+  ASSERT_EQ(rig.faults.census().pages, 1u);
+  Block* block = rig.take(8 * granule);  // the low 8 of the handle's 40: 32 pinned, 24 left under the limit
+  ASSERT_TRUE(rig.region().page_runs_past(0, 7));
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.faults.census().pages, 1u) << "the 40-granule handle went back; one of 8 made";
+  EXPECT_EQ(rig.faults.census().page_bytes, 8 * granule);
+  EXPECT_EQ(rig.mapper.held(), 8 * granule);
+  EXPECT_EQ(rig.mapper.pool().granules(), 0u);
+  EXPECT_EQ(rig.region().mapped_slots(), 8u);
+  EXPECT_TRUE(rig.region().all_accessible({0, 8}));
+  EXPECT_FALSE(rig.region().page_runs_past(0, 7));
+}
+
+TEST(PageBackerWholeHandles, ABlockOverPartOfAFreeHandleSharesItWhenWhatItPinsIsSmallBesideTheRoom) {
+  WholeHandleRig rig;  // 256 granules
+  Block* first = rig.take(4 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *first, false));
+  rig.placements.give_back(first);
+  Block* block = rig.take(2 * granule);  // pins 2 granules, 252 left: within 1/32 of the room
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.faults.census().pages, 1u) << "no handle made or released";
+  EXPECT_EQ(rig.faults.census().mappings, 1u);
+  EXPECT_EQ(rig.mapper.held(), 4 * granule);
+}
+
+TEST(PageBackerWholeHandles, AHandleUnderALiveNeighbourIsNeverReleased) {
+  WholeHandleRig rig;  // 256 granules
+  Block* first = rig.take(4 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *first, false));
+  rig.placements.give_back(first);
+  Block* low = rig.take(granule);  // shares the handle: 3 pinned, 252 left
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *low, false));
+  rig.budget.set_fraction(64.0 / 256);  // 60 left: 3 pinned would now be too many, but `low` lives on it
+  Block* high = rig.take(granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *high, false));
+  EXPECT_EQ(rig.faults.census().pages, 1u) << "shared again, not released";
+  EXPECT_EQ(rig.faults.census().mappings, 1u);
+  EXPECT_TRUE(rig.region().all_accessible(rig.placement.arena().touched_slots(*low)));
+}
+
+TEST(PageBackerWholeHandles, AFailedProofOrUnmapLeavesTheHandleMappedAndTheBlockUnbacked) {
+  for (const DriverCall call : {DriverCall::synchronize_stream, DriverCall::unmap}) {
+    SCOPED_TRACE(to_string(call));
+    StraddleRig rig;
+    Block* block = rig.take(8 * granule);
+    rig.faults.fail(call, 1);
+    ASSERT_FALSE(rig.backer.back(rig.placement.arena(), *block, false));
+    EXPECT_EQ(rig.faults.census().mappings, 1u) << "the handle stays mapped";
+    EXPECT_EQ(rig.region().mapped_slots(), 40u);
+    EXPECT_EQ(rig.faults.census().page_bytes, rig.mapper.held());
+    rig.faults.clear_all();
+    TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+    EXPECT_EQ(rig.mapper.held(), 8 * granule) << "the retry releases it";
+  }
+}
+
+TEST(PageBackerWholeHandles, AFailedReleaseLeavesTheHandlePooledAndTheBlockBacked) {
+  StraddleRig rig;
+  Block* block = rig.take(8 * granule);
+  rig.faults.fail(DriverCall::release_chunk, 1);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.mapper.pool().granules(), 40u) << "pooled, still held";
+  EXPECT_EQ(rig.mapper.held(), 48 * granule);
+  EXPECT_EQ(rig.faults.census().page_bytes, rig.mapper.held());
+  EXPECT_TRUE(rig.region().all_accessible({0, 8}));
+  TESSERA_OK(rig.mapper.release_pooled(0));
+  EXPECT_EQ(rig.mapper.held(), 8 * granule);
 }
 
 TEST(PageBackerWholeHandles, ACreateThatFailsLeavesNothingMappedOrHeld) {
