@@ -37,13 +37,10 @@ Result<void> Mapper::release_pooled(std::size_t granules_to_keep) {
   while (pool_.granules() > granules_to_keep) {
     const std::optional<Page> chunk = pool_.take_whole_chunk();
     if (!chunk) break;
-    if (auto done = driver_.release_chunk(chunk->chunk); !done) {
-      pool_.put(*chunk);
+    if (auto done = release_taken_chunk(*chunk); !done) {
       failure = std::move(done);
       break;
     }
-    pool_.forget_chunk(chunk->chunk);
-    held_ -= chunk->granules * granule_;
     ++released;
     released_bytes += chunk->granules * granule_;
   }
@@ -51,6 +48,25 @@ Result<void> Mapper::release_pooled(std::size_t granules_to_keep) {
     observers_.notify([&](AllocatorObserver& observer) { observer.chunks_released(released, released_bytes); });
   }
   return failure;
+}
+
+Result<void> Mapper::release_pooled_chunk(ChunkId chunk) {
+  const std::optional<Page> whole = pool_.take_chunk_if_whole(chunk);
+  if (!whole) return {};
+  if (auto done = release_taken_chunk(*whole); !done) return done;
+  const Bytes bytes = whole->granules * granule_;
+  observers_.notify([&](AllocatorObserver& observer) { observer.chunks_released(1, bytes); });
+  return {};
+}
+
+Result<void> Mapper::release_taken_chunk(const Page& chunk) {
+  if (auto done = driver_.release_chunk(chunk.chunk); !done) {
+    pool_.put(chunk);
+    return done;
+  }
+  pool_.forget_chunk(chunk.chunk);
+  held_ -= chunk.granules * granule_;
+  return {};
 }
 
 // A page that is all of its chunk is mapped whole: the call every driver has. A part of a chunk, and a

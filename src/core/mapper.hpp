@@ -79,6 +79,8 @@ class Mapper {
   // Gives wholly pooled chunks back to the device, largest first, until at most `granules_to_keep` stay
   // pooled or no chunk is wholly pooled (the pooled parts of a chunk still partly mapped stay).
   Result<void> release_pooled(std::size_t granules_to_keep);
+  // Gives `chunk` back to the device when all of it is pooled; a failure leaves it pooled.
+  Result<void> release_pooled_chunk(ChunkId chunk);
 
   // Backs slots of a region: maps each assignment (sorted by head) — the whole chunk in one call where the
   // page is all of it — then enables access once per run of consecutive slots. On a failure nothing mapped
@@ -167,6 +169,8 @@ class Mapper {
 
  private:
   Result<void> map(Address at, const Page& page, bool sliver);
+  // Releases a chunk taken whole out of the pool, or puts it back when the driver refuses.
+  Result<void> release_taken_chunk(const Page& chunk);
 
   Driver& driver_;
   Observers& observers_;

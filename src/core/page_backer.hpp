@@ -120,7 +120,7 @@ class PageBacker {
   static constexpr std::size_t ahead_after_large = 5;
   std::size_t growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const;
   void return_to_pool();
-  Result<void> release_straddled(Arena& arena, const Block& block, const SlotRange& touched);
+  void release_straddled(Arena& arena, const Block& block, const SlotRange& touched);
   // Where handles are mapped whole: a block's own slots are one handle while at most this share (percent)
   // of the limit is held, and a block may cover part of a free handle (sharing it) only while the part it
   // pins is at most 1/straddle_share_of_room of the room left under the limit. Measured on the bench-seed

@@ -234,9 +234,7 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   Backing& backing = backing_;
   Region& region = arena.region_of(block);
   const SlotRange touched = arena.touched_slots(block);
-  if (!mapper_.capabilities().partial_map) {
-    if (auto done = release_straddled(arena, block, touched); !done) return done;
-  }
+  if (!mapper_.capabilities().partial_map && arena.private_pool() == shared_cache) release_straddled(arena, block, touched);
   if (region.all_accessible(touched)) return {};  // the fast path: cached memory
 
   // Pages left mapped without access by an earlier failure get their access now, or the block fails.
@@ -318,8 +316,10 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
 // large request lacks). So such a handle is shared only while what it pins is small beside the room left
 // under the limit (straddle_share_of_room); otherwise it is unmapped (after the proof that its stream is
 // done with it) and goes back to the device, and the block gets pages of its own. Only a handle whose
-// other part lies in free blocks: one under a live neighbour is pinned already.
-Result<void> PageBacker::release_straddled(Arena& arena, const Block& block, const SlotRange& touched) {
+// other part lies in free blocks: one under a live neighbour is pinned already. Never in a private pool,
+// whose free blocks keep their pages (a graph replays into them). A failed proof or unmap leaves the
+// handles not unmapped shared, as far from the limit; a failed release leaves the handle pooled, held.
+void PageBacker::release_straddled(Arena& arena, const Block& block, const SlotRange& touched) {
   const Region& region = arena.region_of(block);
   const std::size_t room = budget_.room();
   std::vector<IdlePage> straddled;
@@ -341,14 +341,11 @@ Result<void> PageBacker::release_straddled(Arena& arena, const Block& block, con
   };
   consider(touched.first);
   consider(touched.end() - 1);
-  if (straddled.empty()) return {};
-  const std::size_t pooled = mapper_.pool().granules();
-  Mapper::Unmapped unmapped = mapper_.unmap_idle(straddled, nullptr);
-  if (!unmapped.failure.ok()) return std::move(unmapped.failure);
-  // Pooled, a handle too large for the holes it would fill only waits held: it goes back now. A failure
-  // here leaves it pooled, which costs memory, not correctness.
-  (void)mapper_.release_pooled(pooled);
-  return {};
+  if (straddled.empty()) return;
+  std::vector<Page> unmapped;
+  (void)mapper_.unmap_idle(straddled, &unmapped);
+  // Pooled, a handle too large for the holes it would fill would only wait, held.
+  for (const Page& page : unmapped) (void)mapper_.release_pooled_chunk(page.chunk);
 }
 
 Result<void> PageBacker::pages_for(std::size_t first, std::size_t count, std::uint32_t page_limit,

@@ -144,6 +144,12 @@ class PagePool {
     return take(Page{ChunkId{chunk}, size, offset});
   }
 
+  // `chunk` taken out of the pool when all of it is pooled (one run, offset 0); none otherwise.
+  std::optional<Page> take_chunk_if_whole(ChunkId chunk) {
+    const auto run = runs_.find({raw(chunk), 0});
+    if (run == runs_.end() || run->second != chunks_.at(raw(chunk)).granules) return std::nullopt;
+    return take(Page{chunk, run->second, 0});
+  }
   // A chunk wholly pooled, the largest first, taken out of the pool (its run, offset 0, all of it).
   std::optional<Page> take_whole_chunk() {
     for (auto run = by_size_.rbegin(); run != by_size_.rend(); ++run) {
