@@ -36,7 +36,7 @@ class Budget {
     return half > held ? (half - held) / granule_ : 0;
   }
   bool above_half() const noexcept { return mapper_.held() > limit_ / 2; }
-  // Garbage collection's target: `threshold` (0, 1) of the limit.
+  // `threshold` (0, 1) of the limit: garbage collection's target, the bound of a handle per block.
   Bytes share(double threshold) const noexcept {
     return static_cast<Bytes>(static_cast<double>(limit_) * threshold);
   }

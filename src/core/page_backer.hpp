@@ -121,12 +121,12 @@ class PageBacker {
   std::size_t growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const;
   void return_to_pool();
   void release_straddled(Arena& arena, const Block& block, const SlotRange& touched);
-  // Where handles are mapped whole: a block's own slots are one handle while at most this share (percent)
-  // of the limit is held, and a block may cover part of a free handle (sharing it) only while the part it
+  // Where handles are mapped whole: a block's own slots are one handle while at most this share of the
+  // limit is held, and a block may cover part of a free handle (sharing it) only while the part it
   // pins is at most 1/straddle_share_of_room of the room left under the limit. Measured on the bench-seed
   // scenarios and the shared traces on the ascend platform (docs/benchmarks.md): with 16 one scenario needs
   // 0.56% more min_capacity; with 64 three take more than twice the pytorch model's driver time.
-  static constexpr Bytes whole_handles_while_held_percent = 90;
+  static constexpr double whole_handles_while_held = 0.9;
   static constexpr std::size_t straddle_share_of_room = 32;
 
   Mapper& mapper_;

@@ -241,7 +241,7 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   if (auto done = mapper_.restore_access(region, touched); !done) return done;
 
   backing.start(page_limit_for(arena));
-  const bool far = mapper_.held() <= budget_.limit() / 100 * whole_handles_while_held_percent;
+  const bool far = mapper_.held() <= budget_.share(whole_handles_while_held);
   if (!pages_split() && (arena.tag() != default_tag || far)) backing.page_limit = whole_handle_granules_;
   backing.grows = arena.tag() == default_tag && page_max_granules_ == 1 && config_.garbage_collection_threshold == 0 &&
                   config_.reclaim != AllocatorConfig::Reclaim::first;
