@@ -81,6 +81,7 @@ class PageBacker {
     std::uint32_t page_limit = 1;  // the most granules one page may hold for this block (page_limit_for)
     bool grows = false;            // whether a new chunk may grow past what the block needs (growth())
     bool own_chunks = false;       // pooled pages only from chunks none of which is mapped (a tag's block)
+    bool takes_edges = false;      // a new handle runs over the block's unbacked shared edges too
     std::vector<Gap> gaps;
     std::vector<Assignment> assignments;
     std::vector<Page> reclaimed;
@@ -91,6 +92,7 @@ class PageBacker {
       page_limit = limit;
       grows = false;
       own_chunks = false;
+      takes_edges = false;
       gaps.clear();
       assignments.clear();
       reclaimed.clear();
@@ -128,6 +130,11 @@ class PageBacker {
   // 0.56% more min_capacity; with 64 three take more than twice the pytorch model's driver time.
   static constexpr double whole_handles_while_held = 0.9;
   static constexpr std::size_t straddle_share_of_room = 32;
+  // A block's handle takes in its unbacked shared edges while at most half the limit is held and the
+  // block is at most 1/edge_share_of_room of the room left. Measured likewise: with 32 to 128 a 255-granule
+  // block of the attention micro-benchmark, or a smaller one of three other traces, pinned under a live
+  // neighbour's edge, needed 1 to 249 granules more min_capacity; 256 costs none on any trace.
+  static constexpr std::size_t edge_share_of_room = 256;
 
   Mapper& mapper_;
   const Budget& budget_;

@@ -6,7 +6,8 @@
 //   2. with reclaim:first, the pages of idle cached blocks (page_reclaim.cpp), then the pool again;
 //   3. new pages while the memory held stays within the limit: one page of up to page_max (a chunk under a
 //      tag other than the default) for the slots wholly inside the block (only this block touches them),
-//      one granule at the block's shared edges —
+//      one granule at the block's shared edges (where handles are mapped whole, while at most half the limit
+//      is held, the edges not yet backed join the block's own handle) —
 //      all cut from one new chunk (up to chunk_max) where the driver maps parts of a chunk, made larger than
 //      the block needs while the device has room (growth()), the rest pooled for the blocks that follow;
 //   4. with reclaim:when_full, the pages of idle cached blocks, then the pool again (where slivers are shared,
@@ -120,9 +121,13 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
     const bool extends = &gap == &gaps.back() && extend_to > gap.end;
     while (gap.next < gap.end) {
       // The widest page that may start here: on into the free space after the block, or over the slots
-      // only this block touches, or one granule at a shared edge.
-      const std::size_t owned_end =
-          gap.next >= inner.first && gap.next < inner.end() ? std::min(gap.end, inner.end()) : gap.next + 1;
+      // only this block touches (its unbacked edges too, where it takes them), or one granule at a shared edge.
+      std::size_t owned_end = gap.next + 1;
+      if (backing.takes_edges) {
+        owned_end = gap.end;
+      } else if (gap.next >= inner.first && gap.next < inner.end()) {
+        owned_end = std::min(gap.end, inner.end());
+      }
       const std::size_t page_end = extends ? std::max(extend_to, owned_end) : owned_end;
       auto granules = static_cast<std::uint32_t>(std::min<std::size_t>(page_end - gap.next, backing.page_limit));
       if (chunk_next == chunk_end) {
@@ -243,6 +248,11 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   backing.start(page_limit_for(arena));
   const bool far = mapper_.held() <= budget_.share(whole_handles_while_held);
   if (!pages_split() && (arena.tag() != default_tag || far)) backing.page_limit = whole_handle_granules_;
+  // Where handles are mapped whole, far from the limit: a shared edge in the block's own handle saves a
+  // create per block carved at the frontier (half of all creates on the seed's scenarios). That handle goes
+  // back only when both blocks that touch the edge are free, so only while at most half the limit is held
+  // and the block is small beside the room left (edge_share_of_room).
+  backing.takes_edges = !pages_split() && !budget_.above_half() && touched.count * edge_share_of_room <= budget_.room();
   backing.grows = arena.tag() == default_tag && page_max_granules_ == 1 && config_.garbage_collection_threshold == 0 &&
                   config_.reclaim != AllocatorConfig::Reclaim::first;
   backing.own_chunks = arena.tag() != default_tag && tagged == TaggedPages::own_chunks;
@@ -287,6 +297,7 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   if (backing.missing() > 0 && !mapper_.pool().empty() && !pages_split()) {
     // What is pooled does not fit the holes and cannot be cut: trade it for granule pages.
     if (auto done = mapper_.release_pooled(0); !done) return fail(std::move(done).error());
+    backing.takes_edges = false;
     if (auto done = create_for_gaps(SlotRange{}, 0); !done) return fail(std::move(done).error());
   }
   if (const std::size_t missing = backing.missing(); missing > 0) {

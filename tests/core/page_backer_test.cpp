@@ -325,11 +325,15 @@ TEST(PageBackerAhead, ACallThatFailsLeavesNothingMappedAndEveryPagePooled) {
 }
 
 // The ascend platform maps whole handles only: far from the limit a block's own slots get one handle of
-// their own (one create, one map call), its shared edge a granule handle; near the limit every granule is a
-// handle; a create that fails leaves nothing mapped or held.
+// their own (one create, one map call), its unbacked edges in it while the block is small and at most half
+// the limit is held, else a granule handle each; near the limit every granule is a handle; a create that
+// fails leaves nothing mapped or held.
 struct WholeHandleRig {
-  SimDriverHandle sim = must(make_sim_driver(
-      {.capacity = 256 * granule, .granularity = granule, .platform = SimPlatform::ascend}));
+  explicit WholeHandleRig(Bytes capacity = 256 * granule)
+      : sim(must(make_sim_driver({.capacity = capacity, .granularity = granule, .platform = SimPlatform::ascend}))) {
+    placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule);
+  }
+  SimDriverHandle sim;
   FaultInjectingDriver faults{std::move(sim.driver)};
   AllocatorConfig config{.chunk_max = 64 * granule};
   Observers observers;
@@ -339,19 +343,43 @@ struct WholeHandleRig {
   PageBacker backer{mapper, budget, placements, observers, config};
   Placement& placement = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
 
-  WholeHandleRig() { placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule); }
   Block* take(Bytes size) { return placement.take(placement.fit(size), size, size); }
   const Region& region() { return placement.arena().regions().front(); }
 };
 
-TEST(PageBackerWholeHandles, FarFromTheLimitABlocksOwnSlotsAreOneHandle) {
-  WholeHandleRig rig;
+TEST(PageBackerWholeHandles, FarFromTheLimitABlocksOwnSlotsAndUnbackedEdgesAreOneHandle) {
+  WholeHandleRig rig(4096 * granule);  // room for blocks of up to 16 granules to take their edges
   ASSERT_FALSE(rig.backer.pages_split());
+  Block* block = rig.take(12 * granule - MiB);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.faults.census().pages, 1u) << "eleven granules and the shared edge in one handle";
+  EXPECT_EQ(rig.faults.census().mappings, 1u);
+  EXPECT_EQ(rig.mapper.held(), 12 * granule) << "no growth where pages cannot be cut";
+  Block* next = rig.take(4 * granule);  // its first slot is the first block's edge, backed already
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *next, false));
+  EXPECT_EQ(rig.faults.census().pages, 2u) << "the next block's own handle, over the slots not yet backed";
+  EXPECT_EQ(rig.mapper.held(), 16 * granule);
+  EXPECT_TRUE(rig.region().page_runs_past(0, 10)) << "the first handle holds the edge both blocks touch";
+}
+
+TEST(PageBackerWholeHandles, ABlockLargeBesideTheRoomHasAGranuleHandleAtItsEdge) {
+  WholeHandleRig rig;  // 256 granules: a block of 12 is more than 1/256 of the room
   Block* block = rig.take(12 * granule - MiB);
   TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
   EXPECT_EQ(rig.faults.census().pages, 2u) << "eleven granules in one handle, the shared edge in another";
   EXPECT_EQ(rig.faults.census().mappings, 2u);
-  EXPECT_EQ(rig.mapper.held(), 12 * granule) << "no growth where pages cannot be cut";
+  EXPECT_EQ(rig.mapper.held(), 12 * granule);
+}
+
+TEST(PageBackerWholeHandles, FromHalfTheLimitAnEdgeIsAGranuleHandle) {
+  WholeHandleRig rig(2048 * granule);
+  std::uint32_t held_elsewhere = 1025;  // past half the limit, room for 1,023 more
+  TESSERA_OK(rig.mapper.create_chunk(held_elsewhere));
+  Block* block = rig.take(granule + MiB);       // small beside the room: 2 x 256 <= 1,023
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  EXPECT_EQ(rig.faults.census().pages, 3u) << "past half the limit: the shared edge a handle of its own";
+  EXPECT_EQ(rig.mapper.held(), 1027 * granule);
+  EXPECT_FALSE(rig.region().page_runs_past(0, 0)) << "no handle of the block's runs into its neighbour's slot";
 }
 
 TEST(PageBackerWholeHandles, NearTheLimitEveryGranuleIsAHandle) {
@@ -468,12 +496,17 @@ TEST(PageBackerWholeHandles, AFailedReleaseLeavesTheHandlePooledAndTheBlockBacke
 
 TEST(PageBackerWholeHandles, ACreateThatFailsLeavesNothingMappedOrHeld) {
   WholeHandleRig rig;
+  rig.budget.set_fraction(64.0 / 256);
+  Block* first = rig.take(33 * granule);  // past half the limit: the next block's edge is a handle of its own
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *first, false));
   Block* block = rig.take(12 * granule - MiB);
   rig.faults.fail(DriverCall::create_chunk, 2);  // the edge's handle, after the inner run's
   const Result<void> backed = rig.backer.back(rig.placement.arena(), *block, false);
   ASSERT_FALSE(backed);
-  EXPECT_EQ(rig.faults.census().mappings, 0u);
-  EXPECT_EQ(rig.mapper.pool().granules() * granule, rig.mapper.held()) << "the handle made is pooled";
+  EXPECT_EQ(rig.faults.census().mappings, 1u) << "the first block's only";
+  EXPECT_EQ(rig.region().mapped_slots(), 33u);
+  EXPECT_EQ(rig.mapper.pool().granules(), 11u) << "the handle made is pooled";
+  EXPECT_EQ(rig.mapper.held(), 44 * granule);
   EXPECT_EQ(rig.faults.census().page_bytes, rig.mapper.held());
 }
 
