@@ -61,14 +61,15 @@ class Placement {
   }
   // Whether the `size` bytes that take() would carve from a free block have an accessible page under every
   // slot: carving them needs no driver call. The allocator's fast-path test. Where pages are whole handles,
-  // a block over part of a page is not: the page backer decides whether it shares the page or the page goes
-  // back (page_backing.cpp, release_straddled).
+  // a block over part of a page whose rest lies in the free block is not: the page backer decides whether
+  // it shares the page or the page goes back (page_backing.cpp, release_straddled). A page whose rest lies
+  // under a live neighbour is pinned already, and shared.
   bool is_cached(const Block& free_block, Bytes size) const noexcept {
     const Region& region = arena_.region_of(free_block);
     const Address at = carve_address(free_block, size);
     const std::size_t first = arena_.slot_of(region, at);
     const std::size_t last = arena_.slot_of(region, at + size - 1);
-    if (whole_pages_ && region.page_runs_past(first, last)) return false;
+    if (whole_pages_ && region.page_runs_past(first, last) && runs_into(region, free_block, first, last)) return false;
     if (first == last) return region.is_accessible(first);  // most blocks: one bit
     return region.all_accessible({first, last - first + 1});
   }
@@ -118,6 +119,19 @@ class Placement {
   }
 
  private:
+  // Whether a page under slot `first` or `last` runs on past them into what stays of `free_block`: its
+  // low end at or above the free block's start, or its high end at or below the free block's end.
+  bool runs_into(const Region& region, const Block& free_block, std::size_t first, std::size_t last) const noexcept {
+    const Bytes granule = arena_.granule();
+    if (region.is_mapped(first) && region.page_granules_at(first) == 0 &&
+        region.slot_address(region.head_of(first), granule) >= free_block.address) {
+      return true;
+    }
+    if (!region.is_mapped(last + 1) || region.page_granules_at(last + 1) != 0) return false;
+    const std::size_t head = region.head_of(last + 1);
+    return region.slot_address(head + region.page_granules_at(head), granule) <= free_block.end();
+  }
+
   // Among the free blocks that hold `size` and are at most good_fit_limit_ times the best fit's size, the
   // highest: the best fit (the blocks kept out of the index compete by size, and win only when strictly
   // smaller), then up to good_fit_candidates_ of the index's blocks in its order, then those kept out.

@@ -339,7 +339,7 @@ struct WholeHandleRig {
   Observers observers;
   Mapper mapper{faults, observers};
   Budget budget{mapper};
-  Placements placements{granule, false};
+  Placements placements{granule, false, /*whole_pages=*/true};
   PageBacker backer{mapper, budget, placements, observers, config};
   Placement& placement = placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag));
 
@@ -360,6 +360,13 @@ TEST(PageBackerWholeHandles, FarFromTheLimitABlocksOwnSlotsAndUnbackedEdgesAreOn
   EXPECT_EQ(rig.faults.census().pages, 2u) << "the next block's own handle, over the slots not yet backed";
   EXPECT_EQ(rig.mapper.held(), 16 * granule);
   EXPECT_TRUE(rig.region().page_runs_past(0, 10)) << "the first handle holds the edge both blocks touch";
+  // Freed, the next block's slots are cached: the handle its first slot shares runs on under the live first
+  // block, not into the free space, so the fast path carves the same block again.
+  rig.placements.give_back(next);
+  Block* frontier = rig.placement.fit(4 * granule);
+  ASSERT_NE(frontier, nullptr);
+  ASSERT_TRUE(rig.region().page_runs_past(11, 15));
+  EXPECT_TRUE(rig.placement.is_cached(*frontier, 4 * granule));
 }
 
 TEST(PageBackerWholeHandles, ABlockLargeBesideTheRoomHasAGranuleHandleAtItsEdge) {
@@ -379,7 +386,7 @@ TEST(PageBackerWholeHandles, FromHalfTheLimitAnEdgeIsAGranuleHandle) {
   TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
   EXPECT_EQ(rig.faults.census().pages, 3u) << "past half the limit: the shared edge a handle of its own";
   EXPECT_EQ(rig.mapper.held(), 1027 * granule);
-  EXPECT_FALSE(rig.region().page_runs_past(0, 0)) << "no handle of the block's runs into its neighbour's slot";
+  EXPECT_FALSE(rig.region().page_runs_past(0, 0)) << "the block's own granule is a handle apart from its edge's";
 }
 
 TEST(PageBackerWholeHandles, NearTheLimitEveryGranuleIsAHandle) {
@@ -409,6 +416,8 @@ struct StraddleRig : WholeHandleRig {
 TEST(PageBackerWholeHandles, ABlockOverPartOfAFreeHandleThatWouldPinMuchOfTheRoomGetsItsOwn) {
   StraddleRig rig;
   ASSERT_EQ(rig.faults.census().pages, 1u);
+  EXPECT_FALSE(rig.placement.is_cached(*rig.placement.fit(8 * granule), 8 * granule))
+      << "the handle runs on into the free block: the page backer decides";
   Block* block = rig.take(8 * granule);  // the low 8 of the handle's 40: 32 pinned, 24 left under the limit
   ASSERT_TRUE(rig.region().page_runs_past(0, 7));
   TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
