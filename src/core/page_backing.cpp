@@ -6,8 +6,8 @@
 //   2. with reclaim:first, the pages of idle cached blocks (page_reclaim.cpp), then the pool again;
 //   3. new pages while the memory held stays within the limit: one page of up to page_max (a chunk under a
 //      tag other than the default) for the slots wholly inside the block (only this block touches them),
-//      one granule at the block's shared edges (where handles are mapped whole, while at most half the limit
-//      is held, the edges not yet backed join the block's own handle) —
+//      one granule at the block's shared edges (where pages cannot be cut from a chunk, while at most half
+//      the limit is held and the block is small beside the room, the edges not yet backed join its handle) —
 //      all cut from one new chunk (up to chunk_max) where the driver maps parts of a chunk, made larger than
 //      the block needs while the device has room (growth()), the rest pooled for the blocks that follow;
 //   4. with reclaim:when_full, the pages of idle cached blocks, then the pool again (where slivers are shared,
@@ -248,10 +248,10 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   backing.start(page_limit_for(arena));
   const bool far = mapper_.held() <= budget_.share(whole_handles_while_held);
   if (!pages_split() && (arena.tag() != default_tag || far)) backing.page_limit = whole_handle_granules_;
-  // Where handles are mapped whole, far from the limit: a shared edge in the block's own handle saves a
-  // create per block carved at the frontier (half of all creates on the seed's scenarios). That handle goes
-  // back only when both blocks that touch the edge are free, so only while at most half the limit is held
-  // and the block is small beside the room left (edge_share_of_room).
+  // Where pages cannot be cut from a chunk, far from the limit: a shared edge in the block's own handle saves
+  // a create per block carved at the frontier (half of all creates on the seed's scenarios). That handle goes
+  // back only when every block touching it is free, so only while at most half the limit is held and the
+  // block is small beside the room left (edge_share_of_room).
   backing.takes_edges = !pages_split() && !budget_.above_half() && touched.count * edge_share_of_room <= budget_.room();
   backing.grows = arena.tag() == default_tag && page_max_granules_ == 1 && config_.garbage_collection_threshold == 0 &&
                   config_.reclaim != AllocatorConfig::Reclaim::first;
