@@ -159,20 +159,22 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
   return failure;
 }
 
-// Far from the limit, a block backed at its region's frontier where the arena grows down (the next blocks
-// are carved just below it) maps pooled granules below itself too, under the same set-access call: the next
-// blocks there find their pages mapped and cost no driver call. Granule pages, so that a block carved over
-// one pins no more than one granule; pooled ones only (a chunk's surplus), so that nothing is created for
-// them; at most half of the pool (rounded up), so that the other arenas (the small pool, other streams),
-// which cannot use pages mapped here without an unmap, still find pooled pages (all of it raised the peak
-// reserved of niu_b10_ctx200_train_mixed by 66 MiB: docs/allocator.md). Only where a block that lacks pages
-// takes idle ones back (reclaim:when_full; with `never` these would be stranded here), and not in a private
-// pool, whose free blocks keep their pages out of every reclaim's reach. Called before the block's own pages
-// are mapped; answers the frontier when it took any.
+// Up to ahead_while_held of the limit, a block backed at its region's frontier where the arena grows down (the
+// next blocks are carved just below it) maps pooled granules below itself too, under the same set-access call:
+// the next blocks there find their pages mapped and cost no driver call. Granule pages, so that a block carved
+// over one pins no more than one granule; pooled ones only (a chunk's surplus), so that nothing is created for
+// them and nothing more is held; at most half of the pool (rounded up), so that the other arenas (the small
+// pool, other streams), which cannot use pages mapped here without an unmap, still find pooled pages (all of
+// it raised the peak reserved of niu_b10_ctx200_train_mixed by 66 MiB: docs/allocator.md). Only where a block
+// that lacks pages takes idle ones back (reclaim:when_full; with `never` these would be stranded here), and
+// not in a private pool, whose free blocks keep their pages out of every reclaim's reach. Called before the
+// block's own pages are mapped; answers the frontier when it took any.
 Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotRange& touched) {
   const Region& region = arena.region_of(block);
-  if (!backing_.grows || config_.reclaim != AllocatorConfig::Reclaim::when_full || !room_to_spare() ||
-      arena.private_pool() != shared_cache || region.is_mapped(touched.first)) {
+  const bool granule_pages = pages_split() && page_max_granules_ == 1;
+  if (!backing_.grows || config_.reclaim != AllocatorConfig::Reclaim::when_full || !granule_pages ||
+      mapper_.held() > budget_.share(ahead_while_held) || arena.private_pool() != shared_cache ||
+      region.is_mapped(touched.first)) {
     return nullptr;
   }
   Block* frontier = placements_.of(arena).frontier_below(block);

@@ -261,14 +261,42 @@ TEST(PageBackerAhead, TheNextBlockAtTheFrontierFindsItsPagesMappedAndCostsNoCall
   EXPECT_EQ(rig.clock->modelled().calls, before.calls) << "no driver call for the next block";
 }
 
-TEST(PageBackerAhead, NearTheLimitNothingIsMappedAhead) {
+TEST(PageBackerAhead, PastAQuarterOfTheLimitGranulesAreStillMappedAhead) {
   AheadRig rig;
   rig.budget.set_fraction(64.0 / 256);  // 64 granules: the 24-granule chunk below is past a quarter of it
   Block* block = rig.take(12 * granule);
   TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
   ASSERT_GT(rig.mapper.held(), rig.budget.limit() / 4);
-  EXPECT_EQ(rig.mapped_slots(), 12u);
-  EXPECT_EQ(rig.mapper.pool().granules(), 12u) << "the surplus stays pooled, for whichever block needs it";
+  EXPECT_EQ(rig.mapper.held(), 24 * granule) << "mapping ahead holds nothing more";
+  EXPECT_EQ(rig.mapped_slots(), 18u) << "the block's 12 granules and 6 below it: half of the 12 pooled";
+  EXPECT_EQ(rig.mapper.pool().granules(), 6u);
+  EXPECT_EQ(rig.calls(DriverCall::set_access), 1u);
+}
+
+// Pooled pages held beside the block: `held` granules of one chunk, the last `pooled` of them in the pool.
+// A 2-granule block takes two of them, and half of the rest may be mapped ahead below it.
+static void back_beside_pooled(AheadRig& rig, std::uint32_t held, std::uint32_t pooled) {
+  rig.budget.set_fraction(64.0 / 256);  // 64 granules: 95% of it is 60.8
+  std::uint32_t granules = held;
+  const ChunkId chunk = must(rig.mapper.create_chunk(granules));
+  rig.mapper.pool_page(Page{chunk, pooled, held - pooled});
+  Block* block = rig.take(2 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+  ASSERT_EQ(rig.mapper.held(), held * granule) << "nothing created";
+}
+
+TEST(PageBackerAhead, UpToNinetyFivePercentOfTheLimitGranulesAreMappedAhead) {
+  AheadRig rig;
+  back_beside_pooled(rig, 60, 4);
+  EXPECT_EQ(rig.mapped_slots(), 3u) << "the block's 2 granules and 1 below it: half of the 2 left pooled";
+  EXPECT_EQ(rig.mapper.pool().granules(), 1u);
+}
+
+TEST(PageBackerAhead, PastNinetyFivePercentOfTheLimitNothingIsMappedAhead) {
+  AheadRig rig;
+  back_beside_pooled(rig, 62, 4);
+  EXPECT_EQ(rig.mapped_slots(), 2u);
+  EXPECT_EQ(rig.mapper.pool().granules(), 2u) << "what is pooled stays pooled, for whichever block needs it";
 }
 
 // With reclaim:never no block takes idle pages: granules mapped ahead would be stranded in this arena.
