@@ -3,13 +3,16 @@
 # workloads replayed with tessera and the pytorch model at unlimited capacity and at 1.05 x peak live;
 # modelled driver time per trace (sim driver, A100 latencies); where the pytorch model runs out of memory at
 # 1.05 x, tessera's over the same events ("t same ev"); and tessera's min_capacity against a reference
-# replay's (a `tessera replay --json` file, e.g. ../shared/reference/replay-5d9bde4.json) where one is given.
-#   bash scripts/bench-warmup-calls.sh [REFERENCE_JSON [TESSERA_CONF]]   (needs a built build/tools/tessera)
+# replay's (a `tessera replay --json` file, e.g. ../shared/reference/replay-5d9bde4.json) where one is given;
+# LATENCY_MODEL is the sim driver's (per_call, the default, or per_byte: docs/drivers.md).
+#   bash scripts/bench-warmup-calls.sh [REFERENCE_JSON [TESSERA_CONF [LATENCY_MODEL]]]   (TESSERA_CONF may be
+#   empty; needs a built build/tools/tessera)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tessera="$root/build/tools/tessera"
 reference="${1:-}"
-conf=(); [[ $# -gt 1 ]] && conf=(--conf "$2")
+conf=(); [[ -n "${2:-}" ]] && conf=(--conf "$2")
+conf+=(--latency-model "${3:-per_call}")
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 traces=("$root"/../shared/traces/pytorch/*.pickle.gz)

@@ -122,9 +122,9 @@ class PageBacker {
   static constexpr std::size_t ahead_after_large = 5;
   // map_ahead() works while at most this share of the limit is held. Its pages are pooled ones, held
   // already, and reclaim takes them back as any idle page, so near the limit it spares the next block a
-  // set-access call at the risk of an unmap. Measured (docs/benchmarks.md, "Warm-up driver calls"): at a
-  // quarter, the former bound, the medium traces at 1.05 x peak live paid 451 set-access calls more than
-  // with room; at 0.98 or above, gpt2small needed one granule more min_capacity.
+  // set-access call at the risk of an unmap. Measured (docs/benchmarks.md, "Warm-up driver calls"): with a
+  // quarter, the former bound, medium_b4_ctx128_train at 1.05 x peak live made 791 set-access calls against
+  // 340 with room; with 0.98 or more, gpt2small needed one granule more min_capacity.
   static constexpr double ahead_while_held = 0.95;
   std::size_t growth_room(const Arena& arena, const Block& block, const SlotRange& touched) const;
   void return_to_pool();
