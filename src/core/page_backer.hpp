@@ -102,6 +102,8 @@ class PageBacker {
   std::size_t fill_gaps_from_pool();
   std::size_t growth(std::size_t need, std::size_t room) const;
   bool far_from_limit(std::size_t share) const;
+  // One-granule pages cut from chunks: the rules that merge or map ahead work only there.
+  bool granule_pages() const;
   bool room_to_spare() const;
   void coalesce(std::vector<Assignment>& assignments, const SlotRange& inner);
   // The fewest granules merged into one page by coalesce(): the map calls it saves (1.45 us each, modelled)

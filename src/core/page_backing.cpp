@@ -171,8 +171,7 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
 // block's own pages are mapped; answers the frontier when it took any.
 Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotRange& touched) {
   const Region& region = arena.region_of(block);
-  const bool granule_pages = pages_split() && page_max_granules_ == 1;
-  if (!backing_.grows || config_.reclaim != AllocatorConfig::Reclaim::when_full || !granule_pages ||
+  if (!backing_.grows || config_.reclaim != AllocatorConfig::Reclaim::when_full || !granule_pages() ||
       mapper_.held() > budget_.share(ahead_while_held) || arena.private_pool() != shared_cache ||
       region.is_mapped(touched.first)) {
     return nullptr;
@@ -200,7 +199,8 @@ Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotR
 // will not be what a later request lacks. A quarter for merged mappings (room_to_spare), measured: within one
 // granule of min_capacity on every shared trace. (Whole handles have their own rule: release_straddled.)
 bool PageBacker::far_from_limit(std::size_t share) const { return mapper_.held() <= budget_.limit() / share; }
-bool PageBacker::room_to_spare() const { return pages_split() && page_max_granules_ == 1 && far_from_limit(4); }
+bool PageBacker::granule_pages() const { return pages_split() && page_max_granules_ == 1; }
+bool PageBacker::room_to_spare() const { return granule_pages() && far_from_limit(4); }
 
 // Merges the pages of a run of the block's own slots (`inner`: no other block touches them) that are
 // consecutive granules of one chunk at consecutive slots into one page, mapped with one call — at least
