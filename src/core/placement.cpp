@@ -61,7 +61,20 @@ Block* Placement::good_fit_weighing(Bytes size, Block* edge_fit) const {
   return found;
 }
 
+Block* Placement::frontier_sparing(const Block& fit, Bytes size) const noexcept {
+  if (!grows_down_ || !may_spare(fit) || fit.size < 2 * size || fit.size < largest_request_ ||
+      fit.size - size >= largest_request_) {
+    return nullptr;
+  }
+  for (const Region& region : arena_.regions()) {
+    Block* frontier = region.first_block;
+    if (frontier != &fit && frontier->is_free() && frontier->size > size) return frontier;
+  }
+  return nullptr;
+}
+
 Block* Placement::take(Block* free_block, Bytes size, Bytes requested) {
+  largest_request_ = std::max(largest_request_, size);
   if (!grows_down_ || free_block->size == size) return take_low(free_block, size, requested);
   if (free_block->previous == nullptr) return take_below_frontier(free_block, size, requested);
   return take_at(free_block, free_block->end() - size, size, requested);

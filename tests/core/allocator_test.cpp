@@ -540,6 +540,84 @@ TEST(AllocatorAddressSpace, ARegionBeyondTheAddressSpaceIsNamedAsSuch) {
   EXPECT_EQ(driver->census(), DriverCensus{});
 }
 
+// A small request whose fit is a hole that the largest request fits, and carved would not, goes to the
+// frontier while its pages there are pooled, far from the limit (tessera_allocator.cpp, spare_hole): the
+// next large request then takes the hole and creates nothing. The sim driver: blocks of hundreds of MiB.
+// sim driver → fault injector → counter → allocator.
+struct SparedHole {
+  static constexpr Bytes sim_granule = 2 * MiB;
+  FaultInjectingDriver* faults;
+  CountingDriver driver;
+  std::unique_ptr<TesseraAllocator> allocator;
+  Address top = 0, hole = 0, bottom = 0;
+
+  static std::unique_ptr<Driver> injecting(Bytes capacity, FaultInjectingDriver*& faults) {
+    auto injector = std::make_unique<FaultInjectingDriver>(
+        must(make_sim_driver({.capacity = capacity, .granularity = sim_granule})).driver);
+    faults = injector.get();
+    return injector;
+  }
+  explicit SparedHole(Bytes capacity)
+      : driver(injecting(capacity, faults)), allocator(must(make_tessera_allocator(driver, {}))) {
+    top = must(allocator->allocate(256 * MiB, default_stream));
+    hole = must(allocator->allocate(256 * MiB, default_stream));
+    bottom = must(allocator->allocate(256 * MiB, default_stream));
+    EXPECT_LT(hole, top);
+    EXPECT_LT(bottom, hole) << "the large pool grows down";
+    must(allocator->deallocate(hole));  // a 256 MiB hole between two live blocks
+  }
+  bool in_hole(Address at) const { return at >= hole && at < hole + 256 * MiB; }
+};
+
+TEST(AllocatorSparedHole, FarFromTheLimitASmallBlockGoesToTheFrontierAndTheHoleStaysWhole) {
+  SparedHole rig(80 * GiB);
+  ASSERT_GT(rig.allocator->tessera_stats().pooled_bytes, 0u) << "a chunk's growth is pooled";
+  const Address small = must(rig.allocator->allocate(2 * MiB, default_stream));
+  EXPECT_FALSE(rig.in_hole(small));
+  EXPECT_LT(small, rig.bottom) << "carved at the frontier, below the lowest block";
+  const std::uint64_t created = rig.driver.tally().calls_of(DriverCall::create_chunk);
+  const std::uint64_t mapped = rig.driver.tally().calls_of(DriverCall::map);
+  const Address large = must(rig.allocator->allocate(256 * MiB, default_stream));
+  EXPECT_EQ(large, rig.hole) << "the hole, whole";
+  EXPECT_EQ(rig.driver.tally().calls_of(DriverCall::create_chunk), created);
+  EXPECT_EQ(rig.driver.tally().calls_of(DriverCall::map), mapped) << "cached memory";
+  EXPECT_EQ(rig.allocator->check(), std::nullopt);
+  for (Address at : {small, large, rig.top, rig.bottom}) must(rig.allocator->deallocate(at));
+  EXPECT_EQ(rig.allocator->check(), std::nullopt);
+}
+
+// The frontier's mapped-ahead granules do not cover 12 MiB: its last granule is mapped, and that call fails.
+TEST(AllocatorSparedHole, AFailingMapAtTheFrontierLosesNothingAndLeavesTheHoleWhole) {
+  SparedHole rig(80 * GiB);
+  rig.faults->fail(DriverCall::map, 1);
+  auto failed = rig.allocator->allocate(12 * MiB, default_stream);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, Errc::platform);
+  EXPECT_EQ(rig.allocator->check(), std::nullopt);
+  EXPECT_EQ(rig.allocator->stats().allocated_bytes, 512 * MiB) << "the two live blocks, nothing more";
+  const Address small = must(rig.allocator->allocate(12 * MiB, default_stream));
+  EXPECT_FALSE(rig.in_hole(small));
+  EXPECT_EQ(must(rig.allocator->allocate(256 * MiB, default_stream)), rig.hole);
+  EXPECT_EQ(rig.allocator->check(), std::nullopt);
+}
+
+TEST(AllocatorSparedHole, ARequestOfMoreThanHalfTheHoleIsCarvedFromIt) {
+  SparedHole rig(80 * GiB);
+  const Address half_and_more = must(rig.allocator->allocate(130 * MiB, default_stream));
+  EXPECT_TRUE(rig.in_hole(half_and_more));
+  for (Address at : {half_and_more, rig.top, rig.bottom}) must(rig.allocator->deallocate(at));
+  EXPECT_EQ(rig.allocator->check(), std::nullopt);
+}
+
+TEST(AllocatorSparedHole, PastAQuarterOfTheLimitASmallBlockIsCarvedFromTheHole) {
+  SparedHole rig(2 * GiB);  // 768 MiB live: more than a quarter held
+  ASSERT_GT(rig.allocator->stats().reserved_bytes, 512 * MiB);
+  const Address small = must(rig.allocator->allocate(2 * MiB, default_stream));
+  EXPECT_TRUE(rig.in_hole(small)) << "no pooled page is spent on the frontier near the limit";
+  for (Address at : {small, rig.top, rig.bottom}) must(rig.allocator->deallocate(at));
+  EXPECT_EQ(rig.allocator->check(), std::nullopt);
+}
+
 // Where handles map whole (the ascend platform), a block carved over part of a free handle is not the fast
 // path: near the limit the handle goes back to the device instead of being pinned by the block.
 TEST(AllocatorWholeHandles, ABlockOverPartOfAFreeHandleNearTheLimitIsNotCarvedOnTheFastPath) {

@@ -232,6 +232,69 @@ TEST_F(PlacementTest, GrowingDownTheFreeEdgesAreWeighedBySizeNotHeight) {
   EXPECT_EQ(placement->fit(15 * unit), top) << "the only edge that holds it";
 }
 
+// frontier_sparing (placement.hpp): a hole of at least spared_hole_min that holds the largest request so
+// far, and carved would no longer hold it, is spared a request of at most half its size: the answer is the
+// frontier. Sizes in MiB here; the region is 1 GiB.
+TEST_F(PlacementTest, GrowingDownASmallRequestSparesAHoleThatTheLargestRequestFits) {
+  constexpr Bytes mib_units = MiB / unit;
+  auto placement = make(true, 1024 * mib_units);
+  take(*placement, 256 * mib_units);              // [768, 1024) MiB
+  Block* hole = take(*placement, 256 * mib_units);  // [512, 768)
+  take(*placement, 2 * mib_units);                  // [510, 512): the frontier is [0, 510)
+  hole = give_back(*placement, hole);
+  const Block* frontier = placement->arena().region(0).first_block;
+  ASSERT_EQ(of(hole), interval(at(512 * mib_units), 256 * MiB));
+  ASSERT_EQ(placement->fit(2 * MiB), hole) << "the fit itself is the hole: the best fit";
+  EXPECT_TRUE(Placement::may_spare(*hole));
+  EXPECT_EQ(placement->frontier_sparing(*hole, 2 * MiB), frontier);
+  EXPECT_EQ(placement->frontier_sparing(*hole, 128 * MiB), frontier) << "half the hole";
+  EXPECT_EQ(placement->frontier_sparing(*hole, 130 * MiB), nullptr) << "more than half the hole";
+  EXPECT_EQ(placement->frontier_sparing(*frontier, 2 * MiB), nullptr) << "the frontier spares nothing";
+  expect_consistent(*placement);
+}
+
+TEST_F(PlacementTest, GrowingDownOnlyAHoleThatCarvedWouldMissTheLargestRequestIsSpared) {
+  constexpr Bytes mib_units = MiB / unit;
+  auto placement = make(true, 1024 * mib_units);
+  take(*placement, 1 * mib_units);                  // [1023, 1024)
+  Block* wide = take(*placement, 300 * mib_units);  // [723, 1023)
+  take(*placement, 1 * mib_units);                  // [722, 723)
+  Block* narrow = take(*placement, 100 * mib_units);  // [622, 722)
+  take(*placement, 1 * mib_units);                    // [621, 622)
+  wide = give_back(*placement, wide);
+  narrow = give_back(*placement, narrow);
+  // The largest request is 300 MiB: the wide hole, carved by 2 MiB, would no longer hold it; by nothing it
+  // would. The narrow hole is below spared_hole_min.
+  EXPECT_NE(placement->frontier_sparing(*wide, 2 * MiB), nullptr);
+  EXPECT_FALSE(Placement::may_spare(*narrow));
+  EXPECT_EQ(placement->frontier_sparing(*narrow, 2 * MiB), nullptr);
+  // Once a 200 MiB block is carved from the wide hole, what is left (100 MiB) is below the minimum.
+  Block* carved = placement->take(wide, 200 * MiB, 200 * MiB);
+  const Block* rest = carved->previous;
+  ASSERT_TRUE(rest->is_free());
+  EXPECT_EQ(placement->frontier_sparing(*rest, 2 * MiB), nullptr);
+  give_back(*placement, carved);
+  // A 400 MiB request raises the largest to 400: the 300 MiB hole no longer holds it, and is not spared.
+  Block* large = take(*placement, 400 * mib_units);
+  const Block* hole = placement->arena().region(0).last_block->previous;
+  ASSERT_TRUE(hole->is_free());
+  ASSERT_EQ(hole->size, 300 * MiB);
+  EXPECT_EQ(placement->frontier_sparing(*hole, 2 * MiB), nullptr);
+  give_back(*placement, large);
+  expect_consistent(*placement);
+}
+
+// Growing up (the small pool), no hole is spared.
+TEST_F(PlacementTest, GrowingUpNoHoleIsSpared) {
+  constexpr Bytes mib_units = MiB / unit;
+  auto placement = make(false, 1024 * mib_units);
+  Block* hole = take(*placement, 256 * mib_units);
+  take(*placement, 2 * mib_units);
+  hole = give_back(*placement, hole);
+  EXPECT_EQ(placement->frontier_sparing(*hole, 2 * MiB), nullptr);
+  expect_consistent(*placement);
+}
+
 // --- take, give_back, lend, mark_pending ---------------------------------------------------------------
 
 TEST_F(PlacementTest, GrowingUpTakeCarvesTheLowEndAndLeavesTheRestFree) {
