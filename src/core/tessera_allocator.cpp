@@ -10,7 +10,7 @@
 //      the highest free block up to twice the best fit's size, carved at its high end), so that their
 //      frontier is a tail sliver where a small arena's is a head (placement.hpp, docs/allocator.md);
 //   3. fast path: every granule slot under the block already has a page (cached memory): done, no driver
-//      call;
+//      call — unless the fit is a large hole worth sparing (spare_hole below);
 //   4. otherwise back the missing slots (page_backing.cpp);
 //   5. no page can be created: build the block over the free edges of half-used granules (slivers,
 //      sliver_sharing.cpp); then take the pages of idle cached blocks; then wait for pending cross-stream
