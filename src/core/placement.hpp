@@ -56,12 +56,12 @@ class Placement {
   }
 
   // Where the arena grows down: the region's free frontier to carve a request of `size` bytes from instead
-  // of `fit`, when `fit` is a hole worth sparing — a free block of at least spared_hole_min, at least twice
+  // of `fit`, when `fit` is a hole worth sparing — a free block of at least spared_hole_min_granules, at least twice
   // the request, that holds the largest request this arena has served and, carved, would no longer hold it.
   // Null otherwise. Whether the frontier's pages are worth it is the allocator's call (tessera_allocator.cpp).
   Block* frontier_sparing(const Block& fit, Bytes size) const noexcept;
   // Whether frontier_sparing() could spare `fit`: the fast path's one comparison.
-  static bool may_spare(const Block& fit) noexcept { return fit.size >= spared_hole_min; }
+  bool may_spare(const Block& fit) const noexcept { return fit.size >= spared_hole_min_granules * arena_.granule(); }
   // Where in a free block a block of `size` bytes is carved.
   Address carve_address(const Block& free_block, Bytes size) const noexcept {
     return grows_down_ ? free_block.end() - size : free_block.address;
@@ -179,11 +179,13 @@ class Placement {
   // How many indexed free blocks, smallest first, the good fit weighs at most (with 8, every shared trace
   // has the min_capacity it has with no bound; with 4, one does not).
   static constexpr std::size_t good_fit_candidates_ = 16;
-  // The smallest hole frontier_sparing() spares; it spares none for a request of more than half the hole,
-  // which would take most of the pool to the frontier. Measured (docs/allocator.md, "Sparing a hole"): with
-  // 64 MiB, niu_b10_ctx200_train spared holes among its activations and created 132 MiB more at unlimited
-  // capacity; with 256 MiB the same traces meet the same bars; without the half, opt-125m created 64 MiB more.
-  static constexpr Bytes spared_hole_min = 128 * MiB;
+  // The smallest hole frontier_sparing() spares, in granules (128 MiB at CUDA's 2 MiB granule); it spares
+  // none for a request of more than half the hole, which would take most of the pool to the frontier.
+  // Measured (docs/allocator.md, "Sparing a hole"): with 32 granules, niu_b10_ctx200_train spared holes among
+  // its activations and created 132 MiB more at unlimited capacity; with 128 the same traces meet the same
+  // bars; without the half, opt-125m created 64 MiB more. In granules so that a small-granule driver (the
+  // host driver's 64 KiB) spares holes at the same scale, and the fuzzer reaches the path.
+  static constexpr Bytes spared_hole_min_granules = 64;
 
   Arena arena_;  // before free_: the index unlinks its blocks before they are destroyed
   bool grows_down_;

@@ -100,7 +100,7 @@ Result<Address> TesseraAllocatorImpl::do_allocate(Bytes size, StreamId stream) {
     const SizePool pool = pool_for(rounded);
     if (Placement* placement = placement_for(stream, pool, current_tag(), shared_cache); placement != nullptr) [[likely]] {
       Block* fit = placement->fit(rounded);
-      if (fit != nullptr && placement->is_cached(*fit, rounded) && !Placement::may_spare(*fit)) {
+      if (fit != nullptr && placement->is_cached(*fit, rounded) && !placement->may_spare(*fit)) {
         return hand_out(placement->take(fit, rounded, size), stream, pool);
       }
     }

@@ -618,6 +618,35 @@ TEST(AllocatorSparedHole, PastAQuarterOfTheLimitASmallBlockIsCarvedFromTheHole) 
   EXPECT_EQ(rig.allocator->check(), std::nullopt);
 }
 
+// The same on the host driver, whose 64 KiB granule makes a 4 MiB hole worth sparing (64 granules): the
+// block (of the large pool) spared at the frontier and the one that then takes the hole hold their bytes, and so do their
+// neighbours.
+TEST_F(AllocatorTest, ASparedHoleKeepsEveryLiveBlocksBytes) {
+  make(256 * MiB);
+  const Address top = must(allocator_->allocate(8 * MiB, default_stream));
+  Address hole = must(allocator_->allocate(8 * MiB, default_stream));
+  const Address bottom = must(allocator_->allocate(8 * MiB, default_stream));
+  ASSERT_LT(bottom, hole);
+  fill(top, 8 * MiB, 1);
+  fill(hole, 8 * MiB, 2);
+  fill(bottom, 8 * MiB, 3);
+  must(allocator_->deallocate(hole));
+  ASSERT_GT(allocator_->tessera_stats().pooled_bytes, 0u) << "a chunk's growth is pooled";
+  const Address small = must(allocator_->allocate(2 * MiB, default_stream));
+  EXPECT_LT(small, bottom) << "spared: carved at the frontier";
+  fill(small, 2 * MiB, 4);
+  const std::uint64_t created = driver_->tally().calls_of(DriverCall::create_chunk);
+  const Address large = must(allocator_->allocate(8 * MiB, default_stream));
+  EXPECT_EQ(large, hole) << "the hole, whole";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::create_chunk), created);
+  fill(large, 8 * MiB, 5);
+  EXPECT_TRUE(holds(top, 8 * MiB, 1));
+  EXPECT_TRUE(holds(bottom, 8 * MiB, 3));
+  EXPECT_TRUE(holds(small, 2 * MiB, 4));
+  EXPECT_TRUE(holds(large, 8 * MiB, 5));
+  for (Address at : {top, bottom, small, large}) must(allocator_->deallocate(at));
+}
+
 // Where handles map whole (the ascend platform), a block carved over part of a free handle is not the fast
 // path: near the limit the handle goes back to the device instead of being pinned by the block.
 TEST(AllocatorWholeHandles, ABlockOverPartOfAFreeHandleNearTheLimitIsNotCarvedOnTheFastPath) {

@@ -232,9 +232,9 @@ TEST_F(PlacementTest, GrowingDownTheFreeEdgesAreWeighedBySizeNotHeight) {
   EXPECT_EQ(placement->fit(15 * unit), top) << "the only edge that holds it";
 }
 
-// frontier_sparing (placement.hpp): a hole of at least spared_hole_min that holds the largest request so
-// far, and carved would no longer hold it, is spared a request of at most half its size: the answer is the
-// frontier. Sizes in MiB here; the region is 1 GiB.
+// frontier_sparing (placement.hpp): a hole of at least 64 granules (128 MiB at this fixture's 2 MiB granule)
+// that holds the largest request so far, and carved would no longer hold it, is spared a request of at most
+// half its size: the answer is the frontier. Sizes in MiB here; the region is 1 GiB.
 TEST_F(PlacementTest, GrowingDownASmallRequestSparesAHoleThatTheLargestRequestFits) {
   constexpr Bytes mib_units = MiB / unit;
   auto placement = make(true, 1024 * mib_units);
@@ -245,7 +245,7 @@ TEST_F(PlacementTest, GrowingDownASmallRequestSparesAHoleThatTheLargestRequestFi
   const Block* frontier = placement->arena().region(0).first_block;
   ASSERT_EQ(of(hole), interval(at(512 * mib_units), 256 * MiB));
   ASSERT_EQ(placement->fit(2 * MiB), hole) << "the fit itself is the hole: the best fit";
-  EXPECT_TRUE(Placement::may_spare(*hole));
+  EXPECT_TRUE(placement->may_spare(*hole));
   EXPECT_EQ(placement->frontier_sparing(*hole, 2 * MiB), frontier);
   EXPECT_EQ(placement->frontier_sparing(*hole, 128 * MiB), frontier) << "half the hole";
   EXPECT_EQ(placement->frontier_sparing(*hole, 130 * MiB), nullptr) << "more than half the hole";
@@ -264,9 +264,9 @@ TEST_F(PlacementTest, GrowingDownOnlyAHoleThatCarvedWouldMissTheLargestRequestIs
   wide = give_back(*placement, wide);
   narrow = give_back(*placement, narrow);
   // The largest request is 300 MiB: the wide hole, carved by 2 MiB, would no longer hold it; by nothing it
-  // would. The narrow hole is below spared_hole_min.
+  // would. The narrow hole is below 64 granules.
   EXPECT_NE(placement->frontier_sparing(*wide, 2 * MiB), nullptr);
-  EXPECT_FALSE(Placement::may_spare(*narrow));
+  EXPECT_FALSE(placement->may_spare(*narrow));
   EXPECT_EQ(placement->frontier_sparing(*narrow, 2 * MiB), nullptr);
   // Once a 200 MiB block is carved from the wide hole, what is left (100 MiB) is below the minimum.
   Block* carved = placement->take(wide, 200 * MiB, 200 * MiB);
