@@ -81,7 +81,7 @@ std::size_t PageBacker::growth_room(const Arena& arena, const Block& block, cons
 // follow: demand so far (a quarter of what is held, at most growth_step) or, for a block larger than all that is
 // held (the first, large allocations), as much again as it needs — at most half a chunk, and at most a quarter of
 // what stays free under the limit after the block, so that near the limit chunks are cut to the block again and
-// what min_capacity counts is unchanged. The step is small beside large traces and bounds what stays pooled once
+// what min_capacity counts is unchanged; none for a block that missed by placement, not demand (below). The step is small beside large traces and bounds what stays pooled once
 // demand stops growing (avg_frag at unlimited capacity counts it as waste). Pooled pages are taken before any page
 // is created, by any block, so the surplus is spent by the next blocks that miss; what it costs is memory held
 // early (docs/allocator.md, "Pages and chunks"). Only the default tag's blocks grow a chunk, and a tagged block,
@@ -94,8 +94,23 @@ std::size_t PageBacker::growth(std::size_t need, std::size_t room) const {
   const std::size_t held = mapper_.held() / granule_;
   const std::size_t step = std::max<std::size_t>(1, growth_step / granule_);
   const std::size_t demand = std::max<std::size_t>(std::min(held / 4, step), held < need ? need : 0);
+  if (missed_by_placement(demand)) return 0;
   const std::size_t free_after = room > need ? room - need : 0;
   return std::min<std::size_t>({demand, chunk_max_granules_ / 2, free_after / 4});
+}
+
+// Whether the mapped memory already exceeds what is live by more than a growth's worth (`demand` granules, and
+// at least 1/idle_share_of_held of all held), far from the limit: then the block misses pages because of where
+// it was placed among idle cached ones, not because demand rose, and a chunk grown for it would stay pooled —
+// nothing reclaims there. While demand rises (a first iteration), what is mapped and not live is the rounding
+// at blocks' edges and a few freed blocks, far below it.
+bool PageBacker::missed_by_placement(std::size_t demand) const {
+  if (budget_.above_half()) return false;
+  const Bytes mapped = mapper_.held() - mapper_.pool().granules() * granule_;
+  const Bytes live = observers_.usage().allocated_bytes();
+  if (mapped <= live) return false;
+  const std::size_t idle = (mapped - live) / granule_;
+  return idle > std::max(demand, mapper_.held() / granule_ / idle_share_of_held);
 }
 
 Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t extend_to) {

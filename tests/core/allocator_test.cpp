@@ -647,6 +647,54 @@ TEST_F(AllocatorTest, ASparedHoleKeepsEveryLiveBlocksBytes) {
   for (Address at : {top, bottom, small, large}) must(allocator_->deallocate(at));
 }
 
+// A chunk grows past a block for the blocks that follow while demand rises; a block that misses pages while more
+// than a growth's worth is mapped and not live missed by placement, and its chunk is cut to it
+// (page_backing.cpp, missed_by_placement). The sim driver: 64 MiB blocks, 2 MiB granules, far from the limit.
+struct GrowthAfterFrees {
+  CountingDriver driver;
+  std::unique_ptr<TesseraAllocator> allocator;
+  std::vector<Address> blocks;
+
+  explicit GrowthAfterFrees(Bytes capacity = 80 * GiB)
+      : driver(must(make_sim_driver({.capacity = capacity, .granularity = 2 * MiB})).driver),
+        allocator(must(make_tessera_allocator(driver, {}))) {
+    for (int i = 0; i < 8; ++i) {
+      blocks.push_back(must(allocator->allocate(64 * MiB, default_stream)));
+      blocks.push_back(must(allocator->allocate(2 * MiB, default_stream)));  // keeps the frees apart
+    }
+  }
+  Bytes pooled() const { return allocator->tessera_stats().pooled_bytes; }
+  // A block larger than the pool and than every free block: it misses, and a chunk is created for it.
+  Bytes pooled_after_a_miss() {
+    const Bytes size = pooled() + 20 * MiB;
+    const std::uint64_t created = driver.tally().calls_of(DriverCall::create_chunk);
+    blocks.push_back(must(allocator->allocate(size, default_stream)));
+    EXPECT_EQ(driver.tally().calls_of(DriverCall::create_chunk), created + 1);
+    EXPECT_EQ(allocator->check(), std::nullopt);
+    return pooled();
+  }
+};
+
+TEST(AllocatorGrowth, WhileDemandRisesANewChunkGrowsPastTheBlock) {
+  GrowthAfterFrees rig;
+  EXPECT_GT(rig.pooled_after_a_miss(), 0u);
+}
+
+TEST(AllocatorGrowth, ABlockThatMissesBesideIdleCachedPagesGetsAChunkCutToIt) {
+  GrowthAfterFrees rig;
+  for (int i = 0; i < 8; i += 2) must(rig.allocator->deallocate(rig.blocks[i]));  // 256 MiB idle, cached
+  ASSERT_GE(rig.allocator->tessera_stats().cached_bytes, 256 * MiB);
+  EXPECT_EQ(rig.pooled_after_a_miss(), 0u) << "no growth: it would stay pooled";
+}
+
+// Past half the limit the rule is off: reclaim takes idle pages there, and growth is cut by the room left.
+TEST(AllocatorGrowth, PastHalfTheLimitIdleCachedPagesLeaveGrowthAsItIs) {
+  GrowthAfterFrees rig(1 * GiB);
+  ASSERT_GT(rig.allocator->stats().reserved_bytes, 512 * MiB);
+  for (int i = 0; i < 8; i += 2) must(rig.allocator->deallocate(rig.blocks[i]));
+  EXPECT_GT(rig.pooled_after_a_miss(), 0u);
+}
+
 // Where handles map whole (the ascend platform), a block carved over part of a free handle is not the fast
 // path: near the limit the handle goes back to the device instead of being pinned by the block.
 TEST(AllocatorWholeHandles, ABlockOverPartOfAFreeHandleNearTheLimitIsNotCarvedOnTheFastPath) {
