@@ -77,18 +77,18 @@ std::size_t PageBacker::growth_room(const Arena& arena, const Block& block, cons
   return reach;
 }
 
-// How many granules a new chunk makes beyond the `need` of the block being backed, pooled for the blocks that
-// follow: demand so far (a quarter of what is held, at most growth_step) or, for a block larger than all that is
-// held (the first, large allocations), as much again as it needs — at most half a chunk, and at most a quarter of
-// what stays free under the limit after the block, so that near the limit chunks are cut to the block again and
-// what min_capacity counts is unchanged; none for a block that missed by placement, not demand (below). The step is small beside large traces and bounds what stays pooled once
-// demand stops growing (avg_frag at unlimited capacity counts it as waste). Pooled pages are taken before any page
-// is created, by any block, so the surplus is spent by the next blocks that miss; what it costs is memory held
-// early (docs/allocator.md, "Pages and chunks"). Only the default tag's blocks grow a chunk, and a tagged block,
-// when allocated (not on resume: TaggedPages), takes pooled pages from chunks none of which is mapped before it
-// creates any, and pooled pages of chunks mapped elsewhere only when it can create none: while there is room its
-// chunks are its own, so that pausing the tag gives all of them back. A shared block's pages (pages_for) are made
-// at the limit, where there is nothing to grow into.
+// How many granules a new chunk makes beyond the `need` of the block being backed, pooled for the blocks that follow:
+// demand so far (a quarter of what is held, at most growth_step) or, for a block larger than all that is held (the
+// first, large allocations), as much again as it needs — at most half a chunk, and at most a quarter of what stays free
+// under the limit after the block, so that near the limit chunks are cut to the block again and what min_capacity
+// counts is unchanged; none for a block that missed by placement, not demand (below). The step is small beside large
+// traces and bounds what stays pooled once demand stops growing (avg_frag at unlimited capacity counts it as waste).
+// Pooled pages are taken before any page is created, by any block, so the surplus is spent by the next blocks that
+// miss; what it costs is memory held early (docs/allocator.md, "Pages and chunks"). Only the default tag's blocks grow
+// a chunk, and a tagged block, when allocated (not on resume: TaggedPages), takes pooled pages from chunks none of
+// which is mapped before it creates any, and pooled pages of chunks mapped elsewhere only when it can create none:
+// while there is room its chunks are its own, so that pausing the tag gives all of them back. A shared block's pages
+// (pages_for) are made at the limit, where there is nothing to grow into.
 std::size_t PageBacker::growth(std::size_t need, std::size_t room) const {
   if (!pages_split() || !backing_.grows) return 0;
   const std::size_t held = mapper_.held() / granule_;

@@ -185,7 +185,7 @@ class Placement {
   // its activations and created 132 MiB more at unlimited capacity; with 128 the same traces meet the same
   // bars; without the half, opt-125m created 64 MiB more. In granules so that a small-granule driver (the
   // host driver's 64 KiB) spares holes at the same scale, and the fuzzer reaches the path.
-  static constexpr Bytes spared_hole_min_granules = 64;
+  static constexpr std::size_t spared_hole_min_granules = 64;
 
   Arena arena_;  // before free_: the index unlinks its blocks before they are destroyed
   bool grows_down_;

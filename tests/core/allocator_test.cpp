@@ -618,9 +618,9 @@ TEST(AllocatorSparedHole, PastAQuarterOfTheLimitASmallBlockIsCarvedFromTheHole) 
   EXPECT_EQ(rig.allocator->check(), std::nullopt);
 }
 
-// The same on the host driver, whose 64 KiB granule makes a 4 MiB hole worth sparing (64 granules): the
-// block (of the large pool) spared at the frontier and the one that then takes the hole hold their bytes, and so do their
-// neighbours.
+// The same on the host driver, whose 64 KiB granule makes a 4 MiB hole worth sparing (64 granules): the block
+// (of the large pool) spared at the frontier and the one that then takes the hole hold their bytes, and so do
+// their neighbours.
 TEST_F(AllocatorTest, ASparedHoleKeepsEveryLiveBlocksBytes) {
   make(256 * MiB);
   const Address top = must(allocator_->allocate(8 * MiB, default_stream));
