@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/tessera_allocator.hpp"
 
@@ -30,6 +31,14 @@ bool same_stream(StreamId a, StreamId b) { return static_cast<std::uintptr_t>(a)
 bool TesseraAllocatorImpl::can_share_slivers() const noexcept {
   const DriverCapabilities& can = mapper_.capabilities();
   return config_.share_slivers && can.partial_map && can.page_multi_mapping;
+}
+
+std::size_t TesseraAllocatorImpl::sliver_middle_before_idle(Placement& placement, const Block* fit,
+                                                            Bytes rounded) const {
+  const std::size_t lacking = pages_to_place(placement, fit != nullptr ? fit : placement.fit(rounded), rounded);
+  const std::size_t spanned = (rounded + granule() - 1) / granule();
+  if (lacking == 0 || spanned < lacking + sliver_block_saving_min) return std::numeric_limits<std::size_t>::max();
+  return lacking - 1;
 }
 
 // Heads: free blocks that start inside a mapped slot and run to its end. Tails: free blocks that end inside

@@ -13,9 +13,10 @@
 //      call — unless the fit is a large hole worth sparing (spare_hole below);
 //   4. otherwise back the missing slots (page_backing.cpp);
 //   5. no page can be created: build the block over the free edges of half-used granules (slivers,
-//      sliver_sharing.cpp); then take the pages of idle cached blocks; then wait for pending cross-stream
-//      frees and try both once more; then fail with the figures, everything as it was (pages obtained on
-//      the way stay pooled: nothing is lost).
+//      sliver_sharing.cpp), unless the contiguous placement lacks far fewer pages than that block would map
+//      (sliver_middle_before_idle); then take the pages of idle cached blocks; then wait for pending
+//      cross-stream frees and try both once more; then fail with the figures, everything as it was (pages
+//      obtained on the way stay pooled: nothing is lost).
 #include "core/tessera_allocator.hpp"
 
 #include <fmt/format.h>
@@ -161,9 +162,10 @@ Result<Address> TesseraAllocatorImpl::allocate_slow(Bytes size, StreamId stream)
       fit = nullptr;  // a block over slivers that failed half way gave its slivers back: blocks merged
     }
   }
+  const std::size_t first_middle = share ? sliver_middle_before_idle(placement, fit, rounded) : any_middle;
   auto placed = place(placement, fit, rounded, size, stream, !share);
   if (placed || placed.error().code != Errc::out_of_memory) return placed;
-  if (auto shared = over_slivers(any_middle)) return std::move(*shared);
+  if (auto shared = over_slivers(first_middle)) return std::move(*shared);
   if (share) {
     placed = place(placement, nullptr, rounded, size, stream, true);
     if (placed || placed.error().code != Errc::out_of_memory) return placed;

@@ -80,6 +80,8 @@ class SliverSharingTest : public ::testing::Test {
     for (const auto& [address, seed] : live_) EXPECT_TRUE(holds(address, seed)) << "block " << std::hex << address;
   }
 
+  Address build_mostly_mapped_fit(std::size_t mapped);
+
   // Five granules mapped under three live blocks, with a head sliver (the second half of slot 1) and a tail
   // sliver (the first half of slot 3) between them:
   //   slot  0    1    2    3    4
@@ -203,6 +205,73 @@ TEST_F(SliverSharingTest, TheSmallPoolsHeadAndTheLargePoolsTailMakeOneBlock) {
   EXPECT_EQ(stats.common.reserved_bytes, 5 * granule);
   EXPECT_EQ(shared % granule, 4 * KiB) << "it starts where the small arena's free end starts";
   expect_all_intact();
+}
+
+// Below the limit, where the contiguous placement lacks far fewer pages than a block over slivers would map
+// (tessera_allocator.cpp, sliver_middle_before_idle), that placement goes first and takes the idle pages it
+// lacks: the block over slivers would take some 300 pages from idle blocks to save at most two granules.
+// One chunk per page (chunk_max_mb:0): no chunk grows, nothing is pooled, so the room is what is asked.
+//   top: the slivers' five granules | idle (20 granules, free) | separator | free (`mapped`) | frontier
+// Answers where the free block ends; the room left is 4 granules, and a request of mapped + 10 lacks 10.
+Address SliverSharingTest::build_mostly_mapped_fit(std::size_t mapped) {
+  allocator_.reset();
+  live_.clear();
+  sizes_.clear();
+  make(512, "chunk_max_mb:0");
+  build_slivers();
+  const Address idle = allocate(20 * granule);
+  allocate(granule);  // keeps the idle block apart from the other
+  const Address fit = allocate(mapped * granule);
+  free(idle);
+  free(fit);  // merged with the free frontier below it: its granules mapped at the top
+  EXPECT_EQ(allocator_->tessera_stats().pooled_bytes, 0u);
+  const Bytes limit = allocator_->stats().reserved_bytes + 4 * granule;
+  must(allocator_->set_memory_fraction(static_cast<double>(limit) / static_cast<double>(512 * granule)));
+  return fit + mapped * granule;
+}
+
+TEST_F(SliverSharingTest, AContiguousPlacementLackingFarFewerPagesGoesBeforeABlockOverSlivers) {
+  for (const std::size_t mapped : {300, 100}) {
+    SCOPED_TRACE(std::to_string(mapped) + " granules mapped where the request goes");
+    const Address end = build_mostly_mapped_fit(mapped);
+    const std::uint64_t unmapped = driver_->tally().calls_of(DriverCall::unmap);
+    const Address block = allocate((mapped + 10) * granule);
+    const std::uint64_t unmaps = driver_->tally().calls_of(DriverCall::unmap) - unmapped;
+    if (mapped == 300) {
+      EXPECT_EQ(allocator_->tessera_stats().shared_blocks, 0u);
+      EXPECT_EQ(block + (mapped + 10) * granule, end) << "where the free block was";
+      EXPECT_LE(unmaps, 6u) << "only the pages it lacked";
+    } else {
+      EXPECT_EQ(allocator_->tessera_stats().shared_blocks, 1u) << "two granules saved are worth 100 pages";
+      EXPECT_GT(unmaps, 90u);
+    }
+    expect_all_intact();
+  }
+}
+
+// The same request with each call it makes failing once: it fails or succeeds, and either way the
+// allocator stays consistent and no live byte changes.
+TEST_F(SliverSharingTest, AContiguousPlacementBeforeSliversSurvivesAFailureAtAnyCall) {
+  std::set<DriverCall> refused_at;
+  for (DriverCall call : {DriverCall::synchronize_stream, DriverCall::unmap, DriverCall::create_chunk,
+                          DriverCall::map, DriverCall::set_access}) {
+    for (std::uint64_t nth = 1; nth <= 3; ++nth) {
+      SCOPED_TRACE(std::string(to_string(call)) + " failing at call " + std::to_string(nth));
+      build_mostly_mapped_fit(300);
+      faults_->fail(call, nth);
+      auto placed = allocator_->allocate(310 * granule, default_stream);
+      faults_->clear_all();
+      ASSERT_EQ(allocator_->check(), std::nullopt);
+      expect_all_intact();
+      if (placed.ok()) {
+        must(allocator_->deallocate(*placed));
+      } else {
+        refused_at.insert(call);
+      }
+      EXPECT_EQ(allocator_->check(), std::nullopt);
+    }
+  }
+  EXPECT_EQ(refused_at.size(), 5u) << "every kind of call was reached, and its failure answered";
 }
 
 TEST_F(SliverSharingTest, OffTheSameRequestFailsWithNothingChanged) {
