@@ -105,8 +105,9 @@ std::size_t PageBacker::growth(std::size_t need, std::size_t room) const {
 // nothing reclaims there. While demand rises (a first iteration), what is mapped and not live is the rounding
 // at blocks' edges and a few freed blocks, far below it.
 bool PageBacker::missed_by_placement(std::size_t demand) const {
-  if (budget_.above_half()) return false;
-  const Bytes mapped = mapper_.held() - mapper_.pool().granules() * granule_;
+  const Bytes pooled = mapper_.pool().granules() * granule_;
+  if (budget_.above_half() || mapper_.held() < pooled) return false;
+  const Bytes mapped = mapper_.held() - pooled;
   const Bytes live = observers_.usage().allocated_bytes();
   if (mapped <= live) return false;
   const std::size_t idle = (mapped - live) / granule_;

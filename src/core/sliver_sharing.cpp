@@ -37,7 +37,10 @@ std::size_t TesseraAllocatorImpl::sliver_middle_before_idle(Placement& placement
                                                             Bytes rounded) const {
   const std::size_t lacking = pages_to_place(placement, fit != nullptr ? fit : placement.fit(rounded), rounded);
   const std::size_t spanned = (rounded + granule() - 1) / granule();
-  if (lacking == 0 || spanned < lacking + sliver_block_saving_min) return std::numeric_limits<std::size_t>::max();
+  if (lacking == 0 || static_cast<double>(lacking) > contiguous_lacking_max * static_cast<double>(spanned) ||
+      spanned < lacking + sliver_block_saving_min) {
+    return std::numeric_limits<std::size_t>::max();
+  }
   return lacking - 1;
 }
 

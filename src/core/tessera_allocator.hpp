@@ -147,14 +147,18 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   // sliver_sharing.cpp
   bool can_share_slivers() const noexcept;  // the option, where the driver can map a granule at two addresses
   // The most whole pages a block over slivers may map before the contiguous placement in `fit` takes idle
-  // pages: any, unless that placement lacks at least sliver_block_saving_min granules fewer, and then fewer
-  // than it lacks (none, in practice). A block over slivers saves at most two granules of memory; the pages
-  // between them are taken from idle blocks, which map pages back when they are reused, and each free takes
-  // the block apart again: every use moves them twice.
+  // pages: any, unless that placement lacks at most contiguous_lacking_max of the block's granules and at
+  // least sliver_block_saving_min fewer than the block spans, and then fewer than it lacks (none, in
+  // practice). A block over slivers saves at most two granules of memory; the pages between them are taken
+  // from idle blocks, which map pages back when they are reused, and each free takes the block apart again:
+  // every use moves them twice.
   std::size_t sliver_middle_before_idle(Placement& placement, const Block* fit, Bytes rounded) const;
-  // Measured (docs/benchmarks.md, "A multi-stream workload"): with 64 to 192, rl needs 2 granules more
-  // min_capacity; with no bound, niu_b10_ctx200_train_mixed 4.
-  static constexpr std::size_t sliver_block_saving_min = 256;
+  // Measured (docs/benchmarks.md, "A multi-stream workload"): with half instead of two fifths the rl workload
+  // needs 2 granules more min_capacity, and so it does with 64 granules and no share; with a third, or 128
+  // granules, fsdp at 1.05 x peak live takes 184 to 186 ms instead of 166; with no bound at all,
+  // niu_b10_ctx200_train_mixed needs 4 granules more.
+  static constexpr double contiguous_lacking_max = 0.4;
+  static constexpr std::size_t sliver_block_saving_min = 64;
   // Fails (out of memory) when it would need more than max_middle whole pages between the slivers.
   Result<Address> place_over_slivers(Bytes rounded, Bytes requested, StreamId stream, TagId tag,
                                      PrivatePoolIndex private_pool, std::size_t max_middle);

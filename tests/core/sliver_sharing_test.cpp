@@ -207,22 +207,25 @@ TEST_F(SliverSharingTest, TheSmallPoolsHeadAndTheLargePoolsTailMakeOneBlock) {
   expect_all_intact();
 }
 
-// Below the limit, where the contiguous placement lacks far fewer pages than a block over slivers would map
-// (tessera_allocator.cpp, sliver_middle_before_idle), that placement goes first and takes the idle pages it
-// lacks: the block over slivers would take some 300 pages from idle blocks to save at most two granules.
+// Below the limit, where the contiguous placement lacks few of the block's granules and far fewer than the
+// block spans (tessera_allocator.cpp, sliver_middle_before_idle), that placement goes first and takes the idle
+// pages it lacks: a block over slivers would take some 300 pages from idle blocks to save at most two granules.
 // One chunk per page (chunk_max_mb:0): no chunk grows, nothing is pooled, so the room is what is asked.
-//   top: the slivers' five granules | idle (20 granules, free) | separator | free (`mapped`) | frontier
-// Answers where the free block ends; the room left is 4 granules, and a request of mapped + 10 lacks 10.
+//   top: the slivers' five granules | 4 x (idle: 25 granules, free | separator) | free (`mapped`) | frontier
+// Answers where the free block ends; the room left is 4 granules.
 Address SliverSharingTest::build_mostly_mapped_fit(std::size_t mapped) {
   allocator_.reset();
   live_.clear();
   sizes_.clear();
   make(512, "chunk_max_mb:0");
   build_slivers();
-  const Address idle = allocate(20 * granule);
-  allocate(granule);  // keeps the idle block apart from the other
+  std::vector<Address> idle;  // four blocks of 25 granules, each kept apart by a live granule
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(allocate(25 * granule));
+    allocate(granule);
+  }
   const Address fit = allocate(mapped * granule);
-  free(idle);
+  for (const Address block : idle) free(block);
   free(fit);  // merged with the free frontier below it: its granules mapped at the top
   EXPECT_EQ(allocator_->tessera_stats().pooled_bytes, 0u);
   const Bytes limit = allocator_->stats().reserved_bytes + 4 * granule;
@@ -230,20 +233,24 @@ Address SliverSharingTest::build_mostly_mapped_fit(std::size_t mapped) {
   return fit + mapped * granule;
 }
 
-TEST_F(SliverSharingTest, AContiguousPlacementLackingFarFewerPagesGoesBeforeABlockOverSlivers) {
-  for (const std::size_t mapped : {300, 100}) {
-    SCOPED_TRACE(std::to_string(mapped) + " granules mapped where the request goes");
-    const Address end = build_mostly_mapped_fit(mapped);
+TEST_F(SliverSharingTest, AContiguousPlacementLackingFewPagesGoesBeforeABlockOverSlivers) {
+  struct Case {
+    std::size_t mapped, requested;
+    bool contiguous;
+    const char* why;
+  };
+  for (const Case& c : {Case{300, 310, true, "lacks 10 of 310"},
+                        Case{50, 60, false, "spans only 50 granules more than it lacks"},
+                        Case{100, 180, false, "lacks more than two fifths"}}) {
+    SCOPED_TRACE(c.why);
+    const Address end = build_mostly_mapped_fit(c.mapped);
     const std::uint64_t unmapped = driver_->tally().calls_of(DriverCall::unmap);
-    const Address block = allocate((mapped + 10) * granule);
+    const Address block = allocate(c.requested * granule);
     const std::uint64_t unmaps = driver_->tally().calls_of(DriverCall::unmap) - unmapped;
-    if (mapped == 300) {
-      EXPECT_EQ(allocator_->tessera_stats().shared_blocks, 0u);
-      EXPECT_EQ(block + (mapped + 10) * granule, end) << "where the free block was";
-      EXPECT_LE(unmaps, 6u) << "only the pages it lacked";
-    } else {
-      EXPECT_EQ(allocator_->tessera_stats().shared_blocks, 1u) << "two granules saved are worth 100 pages";
-      EXPECT_GT(unmaps, 90u);
+    EXPECT_EQ(allocator_->tessera_stats().shared_blocks, c.contiguous ? 0u : 1u);
+    if (c.contiguous) {
+      EXPECT_EQ(block + c.requested * granule, end) << "where the free block was";
+      EXPECT_LE(unmaps, c.requested - c.mapped - 4) << "only the pages it lacked";
     }
     expect_all_intact();
   }
