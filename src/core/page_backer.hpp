@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/budget.hpp"
@@ -58,11 +59,13 @@ class PageBacker {
   // neither is possible.
   Result<Page> page_of_at_most(std::uint32_t granules);
 
-  // Takes up to `granules` of idle pages back into the pool, oldest freed first; each page taken is
-  // appended to `taken` where given.
-  Result<std::size_t> reclaim(std::size_t granules, std::vector<Page>* taken);
+  // Takes up to `granules` of idle pages back into the pool, oldest freed first — where `own` is given, those
+  // of that stream's arenas before any other's; each page taken is appended to `taken` where given.
+  Result<std::size_t> reclaim(std::size_t granules, std::vector<Page>* taken,
+                              std::optional<StreamId> own = std::nullopt);
   // The same from `list` (a pool's held list, placements.hpp) instead of the reclaim list.
-  Result<std::size_t> reclaim_from(ReclaimList& list, std::size_t granules, std::vector<Page>* taken);
+  Result<std::size_t> reclaim_from(ReclaimList& list, std::size_t granules, std::vector<Page>* taken,
+                                   std::optional<StreamId> own = std::nullopt);
   // Gives pooled chunks, then idle pages as whole chunks, back to the device until at most `target` bytes
   // are held or nothing more can go.
   Result<void> give_back_above(Bytes target);

@@ -287,7 +287,7 @@ Result<void> PageBacker::back(Arena& arena, const Block& block, bool take_idle_w
   auto take_idle = [&]() -> Result<void> {
     const std::size_t missing = backing.missing();
     if (missing == 0) return {};
-    auto taken = reclaim(missing, &backing.reclaimed);
+    auto taken = reclaim(missing, &backing.reclaimed, arena.stream());
     if (!taken) return std::move(taken).error();
     fill_gaps_from_pool();
     return {};

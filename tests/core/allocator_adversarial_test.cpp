@@ -716,6 +716,31 @@ TEST_F(Adversarial, ReclaimProvesTheFreeingStreamsIdleBeforeUnmapping) {
   drain("end");
 }
 
+// Reclaim takes the requesting stream's own idle pages before another stream's older ones
+// (page_reclaim.cpp): only its own stream is synchronized, and the other stream's freed block keeps its
+// pages, reused in place with no driver call.
+TEST_F(Adversarial, ReclaimTakesTheRequestingStreamsOwnIdlePagesFirst) {
+  make(16 * granule, "chunk_max_mb:0");  // a page per chunk: no chunk grows, nothing is pooled
+  const StreamId a{1}, b{2};
+  const Address on_b = alloc(4 * granule, b);
+  const Address first = alloc(3 * granule, a);
+  alloc(granule, a);  // keeps a's two holes apart
+  const Address second = alloc(3 * granule, a);
+  alloc(5 * granule, a);  // the limit
+  ASSERT_EQ(allocator_->stats().reserved_bytes, 16 * granule);
+  free_(on_b);  // the oldest idle pages
+  free_(first);
+  free_(second);
+  const std::uint64_t syncs = allocator_->tessera_stats().syncs;
+  alloc(5 * granule, a);  // fits neither of a's holes: 5 pages reclaimed
+  EXPECT_EQ(allocator_->tessera_stats().syncs, syncs + 1) << "a alone synchronized";
+  auto device_calls = [&] { return driver_->tally().total_calls() - driver_->tally().calls_of(DriverCall::copy); };
+  const std::uint64_t calls = device_calls();
+  EXPECT_EQ(alloc(4 * granule, b), on_b) << "b's freed block kept its pages";
+  EXPECT_EQ(device_calls(), calls) << "no driver call but the test's own data copies";
+  verify("end");
+}
+
 // The same stream may reuse its own freed block at once, while a held stream's work runs: no wait, no
 // driver call. Another stream gets other memory until the work is proven done.
 TEST_F(Adversarial, SameStreamReusesAtOnceAnotherStreamDoesNot) {
