@@ -257,6 +257,33 @@ void Mapper::recycle_event(EventId event) {
   }
 }
 
+Result<Address> Mapper::reserve_shared(Bytes span) {
+  const auto spare = std::ranges::find(spare_ranges_, span, &SpareRange::span);
+  if (spare == spare_ranges_.end()) return driver_.reserve(span);
+  const Address base = spare->base;
+  spare_ranges_.erase(spare);
+  return base;
+}
+
+Result<void> Mapper::release_shared(Address base, Bytes span) {
+  if (spare_ranges_.size() < max_spare_ranges_) {
+    spare_ranges_.push_back({base, span});
+    return {};
+  }
+  return driver_.release_reservation(base);
+}
+
+Result<void> Mapper::release_spare_ranges() {
+  Result<void> failure;
+  std::erase_if(spare_ranges_, [&](const SpareRange& spare) {
+    auto released = driver_.release_reservation(spare.base);
+    const bool ok = released.ok();
+    if (!ok && failure.ok()) failure = std::move(released);
+    return ok;
+  });
+  return failure;
+}
+
 void Mapper::release_spare_events() {
   for (EventId event : spare_events_) destroy_event(event);
   spare_events_.clear();

@@ -72,6 +72,14 @@ class Mapper {
   // Virtual ranges.
   Result<Address> reserve(Bytes span) { return driver_.reserve(span); }
   Result<void> release_range(Address base) { return driver_.release_reservation(base); }
+  // A shared block's range: a spare one of the same span where one is kept, else a new one. Released, it is
+  // kept as a spare (up to max_spare_ranges_): blocks over slivers come back every iteration at the same
+  // sizes, and their reserve and release calls came with them. Only virtual space is kept.
+  Result<Address> reserve_shared(Bytes span);
+  Result<void> release_shared(Address base, Bytes span);
+  // Releases every spare range (empty_cache, the allocator's end); one whose release fails stays a spare.
+  Result<void> release_spare_ranges();
+  std::size_t spare_ranges() const noexcept { return spare_ranges_.size(); }
 
   // A new chunk of at most `granules` (lowered to what was created): the size asked first, then halves of
   // it down to one granule, while the device itself runs out of memory. Held from now on, none of it pooled.
@@ -183,6 +191,14 @@ class Mapper {
   // in steady state; CUDA has no small limit on events (Ascend's hardware event ids have one: none is kept
   // there, reusable_events).
   static constexpr std::size_t max_spare_events_ = 1024;
+  struct SpareRange {
+    Address base;
+    Bytes span;
+  };
+  std::vector<SpareRange> spare_ranges_;
+  // Far more than the blocks over slivers alive at once in any trace we hold (niu_b10_ctx200_train_mixed
+  // at 1.05 x peak live: 35 at most), and a range costs only virtual space.
+  static constexpr std::size_t max_spare_ranges_ = 64;
   std::vector<HostBuffer> stale_backups_;  // host buffers whose free failed
 };
 

@@ -151,7 +151,7 @@ Result<Address> TesseraAllocatorImpl::place_over_slivers(Bytes rounded, Bytes re
     if (error.code == Errc::out_of_memory) error.message = "the pages between the slivers: " + error.message;
     return error;
   }
-  auto base = mapper_.reserve(span);
+  auto base = mapper_.reserve_shared(span);
   if (!base) {
     for (const Assignment& page : middle) mapper_.pool_page(page.page);
     return std::move(base).error();
@@ -226,7 +226,7 @@ bool TesseraAllocatorImpl::take_apart(Block* block) {
     return true;
   });
   if (shared->reserved) {
-    if (!mapper_.release_range(shared->base)) return false;
+    if (!mapper_.release_shared(shared->base, shared->span)) return false;
     shared->reserved = false;
   }
   shared_.remove(block);

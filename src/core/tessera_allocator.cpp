@@ -66,6 +66,7 @@ TesseraAllocatorImpl::~TesseraAllocatorImpl() {
       for (std::uint32_t index = 0; index < arena.regions().size(); ++index) mapper_.unmap_all(arena.region(index));
     }
   }
+  (void)mapper_.release_spare_ranges();  // virtual space only: no proof needed
   mapper_.release_all_pooled();
   mapper_.destroy_events(events);
   // The tag book frees the backups' host buffers as it goes.
@@ -249,7 +250,9 @@ Result<void> TesseraAllocatorImpl::empty_cache() {
   mapper_.release_spare_events();  // every event completed now: none is kept past an empty_cache
   if (auto taken = backer_.reclaim(std::numeric_limits<std::size_t>::max(), nullptr); !taken) return std::move(taken).error();
   tags_.free_kept_buffers();
-  return mapper_.release_pooled(0);
+  auto released = mapper_.release_pooled(0);
+  auto ranges = mapper_.release_spare_ranges();
+  return released ? ranges : released;
 }
 
 Result<void> TesseraAllocatorImpl::set_memory_fraction(double fraction) {

@@ -463,6 +463,47 @@ TEST(Mapper, UnmapIdleSynchronizesEachStreamOnceAndStopsAtTheFirstFailedUnmap) {
   rig.expect_nothing_left();
 }
 
+// --- a shared block's range -----------------------------------------------------------------------------
+
+// Released, a shared block's range is kept as a spare and handed to the next one of the same span, with no
+// driver call; one of another span is reserved anew. release_spare_ranges gives every spare back.
+TEST(Mapper, ASharedBlocksRangeIsKeptAsASpareForTheNextOfTheSameSpan) {
+  Rig rig;
+  const std::uint64_t reserved = rig.calls(DriverCall::reserve);
+  const Address first = must(rig.mapper.reserve_shared(3 * granule));
+  TESSERA_OK(rig.mapper.release_shared(first, 3 * granule));
+  EXPECT_EQ(rig.calls(DriverCall::release_reservation), 0u);
+  EXPECT_EQ(rig.mapper.spare_ranges(), 1u);
+  EXPECT_EQ(must(rig.mapper.reserve_shared(3 * granule)), first) << "the spare, again";
+  EXPECT_EQ(rig.calls(DriverCall::reserve), reserved + 1);
+  const Address other = must(rig.mapper.reserve_shared(4 * granule));
+  EXPECT_NE(other, first);
+  EXPECT_EQ(rig.calls(DriverCall::reserve), reserved + 2) << "no spare of that span";
+  TESSERA_OK(rig.mapper.release_shared(first, 3 * granule));
+  TESSERA_OK(rig.mapper.release_shared(other, 4 * granule));
+  EXPECT_EQ(rig.census().reservations, 3u) << "the region's and the two spares";
+  // A release that fails keeps its spare, and says so; the next call releases it.
+  rig.faults->fail(DriverCall::release_reservation, 1);
+  EXPECT_FALSE(rig.mapper.release_spare_ranges().ok());
+  EXPECT_EQ(rig.mapper.spare_ranges(), 1u);
+  TESSERA_OK(rig.mapper.release_spare_ranges());
+  EXPECT_EQ(rig.mapper.spare_ranges(), 0u);
+  EXPECT_EQ(rig.census().reservations, 1u) << "the region's";
+  rig.expect_nothing_left();
+}
+
+// Past max_spare_ranges_ spares, a released range goes back to the driver at once.
+TEST(Mapper, PastTheMostSparesARangeGoesBackAtOnce) {
+  Rig rig;
+  std::vector<Address> ranges;
+  for (int i = 0; i < 65; ++i) ranges.push_back(must(rig.mapper.reserve_shared(granule)));
+  for (const Address range : ranges) TESSERA_OK(rig.mapper.release_shared(range, granule));
+  EXPECT_EQ(rig.mapper.spare_ranges(), 64u);
+  EXPECT_EQ(rig.calls(DriverCall::release_reservation), 1u);
+  TESSERA_OK(rig.mapper.release_spare_ranges());
+  rig.expect_nothing_left();
+}
+
 // --- events and host buffers ----------------------------------------------------------------------------
 
 TEST(Mapper, AnEventWhoseDestroyFailsIsDestroyedAtTheNextRetry) {

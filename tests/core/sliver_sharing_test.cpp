@@ -320,6 +320,23 @@ TEST_F(SliverSharingTest, AFreedSharedBlockGivesItsSliversBack) {
   expect_all_intact();
 }
 
+// A block over slivers built again at the same size takes the range the last one left (Mapper::
+// reserve_shared): no reserve or release call; empty_cache gives the spare range back.
+TEST_F(SliverSharingTest, ABlockOverSliversBuiltAgainReusesTheRangeTheLastOneLeft) {
+  make(7);
+  build_slivers();
+  const std::size_t reservations = driver_->census().reservations;
+  free(allocate(3 * granule));  // taken apart at the next allocation, once its stream's event completed
+  const std::uint64_t reserved = driver_->tally().calls_of(DriverCall::reserve);
+  const std::uint64_t released = driver_->tally().calls_of(DriverCall::release_reservation);
+  allocate(3 * granule);
+  EXPECT_EQ(allocator_->tessera_stats().shared_blocks, 2u) << "built twice";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::reserve), reserved);
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::release_reservation), released);
+  EXPECT_EQ(driver_->census().reservations, reservations + 1);
+  expect_all_intact();
+}
+
 // The free waits for every stream the block was used on: until the other stream's work is done the
 // mappings stay, and the slivers stay lent.
 TEST_F(SliverSharingTest, TakenApartOnlyAfterEveryStreamThatUsedItIsDone) {
