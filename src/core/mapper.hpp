@@ -196,8 +196,9 @@ class Mapper {
     Bytes span;
   };
   std::vector<SpareRange> spare_ranges_;
-  // Far more than the blocks over slivers alive at once in any trace we hold (niu_b10_ctx200_train_mixed
-  // at 1.05 x peak live: 35 at most), and a range costs only virtual space.
+  // A range costs only virtual space. With 64, the traces we hold at 1.05 x peak live reserve almost no
+  // range after their first iteration (niu_b10_ctx200_train_mixed: 51 reserve and release calls, from 531).
+  // docs/benchmarks.md, "Spare ranges for blocks over slivers".
   static constexpr std::size_t max_spare_ranges_ = 64;
   std::vector<HostBuffer> stale_backups_;  // host buffers whose free failed
 };
