@@ -196,9 +196,8 @@ class Mapper {
     Bytes span;
   };
   std::vector<SpareRange> spare_ranges_;
-  // A range costs only virtual space. With 64, the traces we hold at 1.05 x peak live reserve almost no
-  // range after their first iteration (niu_b10_ctx200_train_mixed: 51 reserve and release calls, from 531).
-  // docs/benchmarks.md, "Spare ranges for blocks over slivers".
+  // A range costs only virtual space. With 64, niu_b10_ctx200_train_mixed at 1.05 x peak live makes 51
+  // reserve and release calls instead of 531 (docs/benchmarks.md, "Spare ranges for blocks over slivers").
   static constexpr std::size_t max_spare_ranges_ = 64;
   std::vector<HostBuffer> stale_backups_;  // host buffers whose free failed
 };
