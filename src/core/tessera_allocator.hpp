@@ -155,8 +155,8 @@ class TesseraAllocatorImpl final : public TesseraAllocator, private PoolProbe, p
   std::size_t sliver_middle_before_idle(Placement& placement, const Block* fit, Bytes rounded) const;
   // Measured (docs/benchmarks.md, "A multi-stream workload"): with half instead of two fifths the rl workload
   // needs 2 granules more min_capacity, and so it does with 64 granules and no share; with a third, or 128
-  // granules, fsdp at 1.05 x peak live takes 184 to 186 ms instead of 166; with no bound at all,
-  // niu_b10_ctx200_train_mixed needs 4 granules more.
+  // granules, fsdp at 1.05 x peak live took 184 to 186 ms instead of 166 (before reclaim took a stream's own
+  // idle pages first); with no bound at all, niu_b10_ctx200_train_mixed needs 4 granules more.
   static constexpr double contiguous_lacking_max = 0.4;
   static constexpr std::size_t sliver_block_saving_min = 64;
   // Fails (out of memory) when it would need more than max_middle whole pages between the slivers.
