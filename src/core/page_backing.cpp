@@ -178,7 +178,8 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
 // Up to ahead_while_held of the limit, a block backed at its region's frontier where the arena grows down (the
 // next blocks are carved just below it) maps pooled granules below itself too, under the same set-access call:
 // the next blocks there find their pages mapped and cost no driver call. Granule pages, so that a block carved
-// over one pins no more than one granule; pooled ones only (a chunk's surplus), so that nothing is created for
+// over one pins no more than one granule — but runs, one call each, while at most 1/ahead_runs_share of the
+// limit is held (so that what is merged at all stays under that share); pooled ones only (a chunk's surplus), so that nothing is created for
 // them and nothing more is held; at most half of the pool (rounded up), so that the other arenas (the small
 // pool, other streams), which cannot use pages mapped here without an unmap, still find pooled pages (all of
 // it raised the peak reserved of niu_b10_ctx200_train_mixed by 66 MiB: docs/allocator.md). Only where a block
@@ -197,13 +198,20 @@ Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotR
   const std::size_t most_below = touched.count >= coalesce_min_granules ? ahead_after_large : ahead_after_small;
   const std::size_t most = std::min<std::size_t>(most_below, (mapper_.pool().granules() + 1) / 2);
   const SlotRange below = arena.inner_slots(*frontier);
+  // Far from the limit, each page is the largest pooled run that fits the unmapped slots still in reach:
+  // one map call where granule pages made one a granule.
+  const bool runs = far_from_limit(ahead_runs_share);
   std::vector<Assignment> ahead;  // from the block down
-  for (std::size_t slot = touched.first; ahead.size() < most && slot > below.first && slot - 1 < below.end() &&
-                                         !region.is_mapped(slot - 1);
-       --slot) {
-    auto page = mapper_.take_pooled(1, pages_split());
+  std::size_t slot = touched.first;
+  std::size_t taken = 0;
+  while (taken < most && slot > below.first && slot - 1 < below.end() && !region.is_mapped(slot - 1)) {
+    std::size_t reach = 1;  // unmapped slots just below `slot`
+    while (runs && taken + reach < most && slot - reach > below.first && !region.is_mapped(slot - reach - 1)) ++reach;
+    auto page = mapper_.take_pooled(reach, pages_split());
     if (!page) break;
-    ahead.push_back({slot - 1, *page});
+    slot -= page->granules;
+    taken += page->granules;
+    ahead.push_back({slot, *page});
   }
   if (ahead.empty()) return nullptr;
   // Every one lies below the block's pages: in front of them, lowest first, the assignments stay sorted.

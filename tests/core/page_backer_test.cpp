@@ -145,7 +145,7 @@ std::size_t slots_mapped_in(const Region& region) {
 // A large device (far from the limit) behind a fault injector: runs of at least 16 of a block's own slots merge
 // into one page. Its arena grows up unless asked to grow down (as with the default page_max).
 struct CoalescingRig {
-  SimDriverHandle sim = must(make_sim_driver({.capacity = 256 * granule, .granularity = granule}));
+  SimDriverHandle sim;
   SimClock* clock = sim.clock;
   FaultInjectingDriver faults{std::move(sim.driver)};
   AllocatorConfig config;
@@ -157,8 +157,10 @@ struct CoalescingRig {
   Placement& placement;
 
   explicit CoalescingRig(bool grows_down = false, PrivatePoolIndex private_pool = shared_cache,
-                         AllocatorConfig::Reclaim reclaim = AllocatorConfig::Reclaim::when_full)
-      : config{.chunk_max = 64 * granule, .reclaim = reclaim},
+                         AllocatorConfig::Reclaim reclaim = AllocatorConfig::Reclaim::when_full,
+                         Bytes capacity = 256 * granule)
+      : sim(must(make_sim_driver({.capacity = capacity, .granularity = granule}))),
+        config{.chunk_max = 64 * granule, .reclaim = reclaim},
         placements{granule, grows_down},
         placement(placements.find_or_add(Placements::key(default_stream, SizePool::large, default_tag, private_pool))) {
     placement.add_region(must(mapper.reserve(128 * granule)), 128 * granule);
@@ -233,8 +235,15 @@ TEST(PageBackerCoalescing, AMapThatFailsAfterAMergedPageLeavesNothingMappedAndEv
 // blocks are carved, under its one set-access call.
 struct AheadRig : CoalescingRig {
   explicit AheadRig(PrivatePoolIndex private_pool = shared_cache,
-                    AllocatorConfig::Reclaim reclaim = AllocatorConfig::Reclaim::when_full)
-      : CoalescingRig(true, private_pool, reclaim) {}
+                    AllocatorConfig::Reclaim reclaim = AllocatorConfig::Reclaim::when_full,
+                    Bytes capacity = 256 * granule)
+      : CoalescingRig(true, private_pool, reclaim, capacity) {}
+};
+
+// 1,024 granules: the 16 a first 8-granule block holds are under 1/32 of it, so the granules below it are
+// mapped as runs.
+struct FarAheadRig : AheadRig {
+  FarAheadRig() : AheadRig(shared_cache, AllocatorConfig::Reclaim::when_full, 1024 * granule) {}
 };
 
 TEST(PageBackerAhead, TheNextBlockAtTheFrontierFindsItsPagesMappedAndCostsNoCall) {
@@ -348,6 +357,53 @@ TEST(PageBackerAhead, ACallThatFailsLeavesNothingMappedAndEveryPagePooled) {
     rig.faults.clear_all();
     TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
     EXPECT_EQ(rig.mapped_slots(), 12u) << "backed again from the pool, pages ahead included";
+    EXPECT_EQ(rig.faults.census().pages, 1u) << "no new chunk";
+  }
+}
+
+TEST(PageBackerAhead, FarFromTheLimitTheGranulesBelowAreOneRunMappedWithOneCall) {
+  FarAheadRig rig;
+  Block* first = rig.take(8 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *first, false));
+  ASSERT_LE(rig.mapper.held(), rig.budget.limit() / 32) << "at most 1/32 of the limit held";
+  EXPECT_EQ(rig.mapped_slots(), 12u) << "the block's 8 granules and 4 below it, as with granule pages";
+  EXPECT_EQ(rig.mapper.pool().granules(), 4u);
+  const SlotRange touched = rig.placement.arena().touched_slots(*first);
+  EXPECT_EQ(rig.region().page_granules_at(touched.first - 4), 4u) << "one page for the four";
+  EXPECT_EQ(rig.calls(DriverCall::map), 8u + 1u) << "the block's granule pages, then one call for the run";
+  EXPECT_EQ(rig.calls(DriverCall::set_access), 1u);
+  EXPECT_EQ(rig.faults.census().mappings, 9u);
+
+  // The next block there finds its pages mapped, and reclaim takes the run back whole once it is idle.
+  const CallTally before = rig.clock->modelled();
+  Block* second = rig.take(4 * granule);
+  TESSERA_OK(rig.backer.back(rig.placement.arena(), *second, false));
+  EXPECT_EQ(rig.clock->modelled().calls, before.calls) << "no driver call for the next block";
+  rig.placements.give_back(second);
+  std::vector<Page> taken;
+  EXPECT_EQ(must(rig.backer.reclaim(4, &taken)), 4u);
+  ASSERT_EQ(taken.size(), 1u) << "the run is one page";
+  EXPECT_EQ(taken.front().granules, 4u);
+  EXPECT_EQ(rig.mapped_slots(), 8u);
+  EXPECT_TRUE(rig.region().all_accessible(rig.placement.arena().touched_slots(*first))) << "the live block keeps its";
+}
+
+TEST(PageBackerAhead, ARunThatFailsToMapLeavesNothingMappedAndEveryPagePooled) {
+  // The run ahead (the first map call), the block's first granule and its last, and the set-access call.
+  const std::pair<DriverCall, std::uint64_t> failures[] = {
+      {DriverCall::map, 1}, {DriverCall::map, 2}, {DriverCall::map, 9}, {DriverCall::set_access, 1}};
+  for (const auto& [call, nth] : failures) {
+    SCOPED_TRACE(fmt::format("{} #{}", to_string(call), nth));
+    FarAheadRig rig;
+    Block* block = rig.take(8 * granule);
+    rig.faults.fail(call, nth);
+    ASSERT_FALSE(rig.backer.back(rig.placement.arena(), *block, false));
+    EXPECT_EQ(rig.faults.census().mappings, 0u);
+    EXPECT_EQ(rig.mapped_slots(), 0u);
+    EXPECT_EQ(rig.mapper.pool().granules() * granule, rig.mapper.held()) << "every page pooled";
+    rig.faults.clear_all();
+    TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
+    EXPECT_EQ(rig.mapped_slots(), 12u) << "backed again from the pool, the run ahead included";
     EXPECT_EQ(rig.faults.census().pages, 1u) << "no new chunk";
   }
 }
