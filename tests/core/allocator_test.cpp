@@ -398,6 +398,40 @@ TEST_F(AllocatorTest, FarFromTheLimitALargeBlocksOwnGranulesAreOneMapping) {
   EXPECT_EQ(driver_->census().mappings, 0u);
 }
 
+// Far from the limit (at most 1/32 of it held) the pooled granules mapped ahead below a block are one run,
+// mapped with one call (page_backing.cpp, map_ahead). A run goes back only whole: a block carved over part
+// of it keeps it mapped through empty_cache, and every block on it keeps its bytes.
+TEST_F(AllocatorTest, FarFromTheLimitGranulesMappedAheadAreOneRunThatGoesBackWhole) {
+  make(1024 * granule, must(parse_allocator_config("small_max_kb:64")));  // 1/32 of it: 32 granules
+  const Address first = must(allocator_->allocate(8 * granule, default_stream));
+  EXPECT_EQ(allocator_->stats().reserved_bytes, 16 * granule) << "the chunk grew by as much again";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::map), 8u + 1u) << "the block's granules, then four below as one";
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::set_access), 1u);
+  fill(first, 8 * granule, 1);
+  const std::uint64_t calls = driver_->tally().total_calls();
+  const Address second = must(allocator_->allocate(4 * granule, default_stream));
+  EXPECT_EQ(second, first - 4 * granule) << "carved at the frontier, over the run";
+  EXPECT_EQ(driver_->tally().total_calls(), calls) << "its pages were mapped ahead";
+  fill(second, 4 * granule, 2);
+  must(allocator_->deallocate(second));
+  const Address part = must(allocator_->allocate(2 * granule, default_stream));
+  EXPECT_EQ(part, first - 2 * granule) << "the top of the freed run";
+  fill(part, 2 * granule, 3);
+  must(allocator_->empty_cache());
+  EXPECT_EQ(driver_->tally().calls_of(DriverCall::unmap), 0u) << "the run is partly live: it stays mapped whole";
+  EXPECT_TRUE(holds(first, 8 * granule, 1));
+  EXPECT_TRUE(holds(part, 2 * granule, 3));
+  EXPECT_EQ(allocator_->check(), std::nullopt);
+  must(allocator_->deallocate(part));
+  must(allocator_->empty_cache());
+  EXPECT_EQ(driver_->census().mappings, 8u) << "only the live block's granule pages stay mapped";
+  EXPECT_TRUE(holds(first, 8 * granule, 1));
+  must(allocator_->deallocate(first));
+  must(allocator_->empty_cache());
+  EXPECT_EQ(driver_->census().pages, 0u);
+  EXPECT_EQ(driver_->census().mappings, 0u);
+}
+
 TEST_F(AllocatorTest, WithLargePagesGrowthMapsAheadWhileThereIsRoom) {
   make(64 * granule, must(parse_allocator_config("small_max_kb:32,page_max_mb:1")));  // pages of 16 granules
   const Address first = must(allocator_->allocate(3 * granule, default_stream));
