@@ -8,6 +8,7 @@
 #include "core/page_backer.hpp"
 
 #include <fmt/format.h>
+#include <initializer_list>
 #include <gtest/gtest.h>
 
 #include "driver/driver_fixtures.hpp"
@@ -338,16 +339,13 @@ TEST(PageBackerAhead, PagesMappedAheadAreReclaimable) {
   EXPECT_TRUE(rig.region().all_accessible(rig.placement.arena().touched_slots(*block))) << "the live block keeps its";
 }
 
-TEST(PageBackerAhead, ACallThatFailsLeavesNothingMappedAndEveryPagePooled) {
-  // The first granule ahead, the last, the block's first, its last, and the one set-access call.
-  const std::pair<DriverCall, std::uint64_t> failures[] = {{DriverCall::map, 1},
-                                                           {DriverCall::map, 4},
-                                                           {DriverCall::map, 5},
-                                                           {DriverCall::map, 12},
-                                                           {DriverCall::set_access, 1}};
+// Each failure on a fresh rig, while an 8-granule block is backed with 4 granules ahead: nothing stays
+// mapped, every page is pooled, and the block is then backed again from the pool, the granules ahead included.
+template <class Rig>
+void expect_failures_lose_nothing(std::initializer_list<std::pair<DriverCall, std::uint64_t>> failures) {
   for (const auto& [call, nth] : failures) {
     SCOPED_TRACE(fmt::format("{} #{}", to_string(call), nth));
-    AheadRig rig;
+    Rig rig;
     Block* block = rig.take(8 * granule);
     rig.faults.fail(call, nth);
     ASSERT_FALSE(rig.backer.back(rig.placement.arena(), *block, false));
@@ -359,6 +357,15 @@ TEST(PageBackerAhead, ACallThatFailsLeavesNothingMappedAndEveryPagePooled) {
     EXPECT_EQ(rig.mapped_slots(), 12u) << "backed again from the pool, pages ahead included";
     EXPECT_EQ(rig.faults.census().pages, 1u) << "no new chunk";
   }
+}
+
+TEST(PageBackerAhead, ACallThatFailsLeavesNothingMappedAndEveryPagePooled) {
+  // The first granule ahead, the last, the block's first, its last, and the one set-access call.
+  expect_failures_lose_nothing<AheadRig>({{DriverCall::map, 1},
+                                          {DriverCall::map, 4},
+                                          {DriverCall::map, 5},
+                                          {DriverCall::map, 12},
+                                          {DriverCall::set_access, 1}});
 }
 
 TEST(PageBackerAhead, FarFromTheLimitTheGranulesBelowAreOneRunMappedWithOneCall) {
@@ -390,22 +397,8 @@ TEST(PageBackerAhead, FarFromTheLimitTheGranulesBelowAreOneRunMappedWithOneCall)
 
 TEST(PageBackerAhead, ARunThatFailsToMapLeavesNothingMappedAndEveryPagePooled) {
   // The run ahead (the first map call), the block's first granule and its last, and the set-access call.
-  const std::pair<DriverCall, std::uint64_t> failures[] = {
-      {DriverCall::map, 1}, {DriverCall::map, 2}, {DriverCall::map, 9}, {DriverCall::set_access, 1}};
-  for (const auto& [call, nth] : failures) {
-    SCOPED_TRACE(fmt::format("{} #{}", to_string(call), nth));
-    FarAheadRig rig;
-    Block* block = rig.take(8 * granule);
-    rig.faults.fail(call, nth);
-    ASSERT_FALSE(rig.backer.back(rig.placement.arena(), *block, false));
-    EXPECT_EQ(rig.faults.census().mappings, 0u);
-    EXPECT_EQ(rig.mapped_slots(), 0u);
-    EXPECT_EQ(rig.mapper.pool().granules() * granule, rig.mapper.held()) << "every page pooled";
-    rig.faults.clear_all();
-    TESSERA_OK(rig.backer.back(rig.placement.arena(), *block, false));
-    EXPECT_EQ(rig.mapped_slots(), 12u) << "backed again from the pool, the run ahead included";
-    EXPECT_EQ(rig.faults.census().pages, 1u) << "no new chunk";
-  }
+  expect_failures_lose_nothing<FarAheadRig>(
+      {{DriverCall::map, 1}, {DriverCall::map, 2}, {DriverCall::map, 9}, {DriverCall::set_access, 1}});
 }
 
 // The ascend platform maps whole handles only: far from the limit a block's own slots get one handle of
