@@ -8,8 +8,9 @@
 #include "core/page_backer.hpp"
 
 #include <fmt/format.h>
-#include <initializer_list>
 #include <gtest/gtest.h>
+
+#include <initializer_list>
 
 #include "driver/driver_fixtures.hpp"
 #include "support/must.hpp"
