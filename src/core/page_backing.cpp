@@ -175,17 +175,17 @@ Result<void> PageBacker::create_for_gaps(const SlotRange& inner, std::size_t ext
   return failure;
 }
 
-// Up to ahead_while_held of the limit, a block backed at its region's frontier where the arena grows down (the
-// next blocks are carved just below it) maps pooled granules below itself too, under the same set-access call:
-// the next blocks there find their pages mapped and cost no driver call. Granule pages, so that a block carved
-// over one pins no more than one granule — but runs, one call each, while at most 1/ahead_runs_share of the
-// limit is held (so that what is merged at all stays under that share); pooled ones only (a chunk's surplus), so that nothing is created for
-// them and nothing more is held; at most half of the pool (rounded up), so that the other arenas (the small
-// pool, other streams), which cannot use pages mapped here without an unmap, still find pooled pages (all of
-// it raised the peak reserved of niu_b10_ctx200_train_mixed by 66 MiB: docs/allocator.md). Only where a block
-// that lacks pages takes idle ones back (reclaim:when_full; with `never` these would be stranded here), and
-// not in a private pool, whose free blocks keep their pages out of every reclaim's reach. Called before the
-// block's own pages are mapped; answers the frontier when it took any.
+// Up to ahead_while_held of the limit, a block backed at its region's frontier where the arena grows down (the next
+// blocks are carved just below it) maps pooled granules below itself too, under the same set-access call: the next
+// blocks there find their pages mapped and cost no driver call. Granule pages, so that a block carved over one pins
+// no more than one granule — but runs, one call each, while at most 1/ahead_runs_share of the limit is held (so that
+// all runs together stay under that share); pooled ones only (a chunk's surplus), so that nothing is created for
+// them and nothing more is held; at most half of the pool (rounded up), so that the other arenas (the small pool,
+// other streams), which cannot use pages mapped here without an unmap, still find pooled pages (all of it raised the
+// peak reserved of niu_b10_ctx200_train_mixed by 66 MiB: docs/allocator.md). Only where a block that lacks pages
+// takes idle ones back (reclaim:when_full; with `never` these would be stranded here), and not in a private pool,
+// whose free blocks keep their pages out of every reclaim's reach. Called before the block's own pages are mapped;
+// answers the frontier when it took any.
 Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotRange& touched) {
   const Region& region = arena.region_of(block);
   if (!backing_.grows || config_.reclaim != AllocatorConfig::Reclaim::when_full || !granule_pages() ||
@@ -206,7 +206,9 @@ Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotR
   std::size_t taken = 0;
   while (taken < most && slot > below.first && slot - 1 < below.end() && !region.is_mapped(slot - 1)) {
     std::size_t reach = 1;  // unmapped slots just below `slot`
-    while (runs && taken + reach < most && slot - reach > below.first && !region.is_mapped(slot - reach - 1)) ++reach;
+    while (runs && taken + reach < most && slot - reach > below.first && !region.is_mapped(slot - reach - 1)) {
+      ++reach;
+    }
     auto page = mapper_.take_pooled(reach, pages_split());
     if (!page) break;
     slot -= page->granules;
