@@ -108,6 +108,8 @@ class PageBacker {
   bool far_from_limit(std::size_t share) const;
   // One-granule pages cut from chunks: the rules that merge or map ahead work only there.
   bool granule_pages() const;
+  // Whether pages may be merged (coalesce, runs ahead): granule pages, and no chunk shared with other processes.
+  bool merges_pages() const;
   bool room_to_spare() const;
   void coalesce(std::vector<Assignment>& assignments, const SlotRange& inner);
   // The fewest granules merged into one page by coalesce(): the map calls it saves (1.45 us each, modelled)

@@ -200,7 +200,7 @@ Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotR
   const SlotRange below = arena.inner_slots(*frontier);
   // Far from the limit, each page is the largest pooled run that fits the unmapped slots still in reach:
   // one map call where granule pages made one a granule.
-  const bool runs = far_from_limit(ahead_runs_share);
+  const bool runs = merges_pages() && far_from_limit(ahead_runs_share);
   std::vector<Assignment> ahead;  // from the block down
   std::size_t slot = touched.first;
   std::size_t taken = 0;
@@ -226,7 +226,11 @@ Block* PageBacker::map_ahead(const Arena& arena, const Block& block, const SlotR
 // granule of min_capacity on every shared trace. (Whole handles have their own rule: release_straddled.)
 bool PageBacker::far_from_limit(std::size_t share) const { return mapper_.held() <= budget_.limit() / share; }
 bool PageBacker::granule_pages() const { return pages_split() && page_max_granules_ == 1; }
-bool PageBacker::room_to_spare() const { return granule_pages() && far_from_limit(4); }
+bool PageBacker::room_to_spare() const { return merges_pages() && far_from_limit(4); }
+// Where chunks can be shared with another process, no page is merged: a page is shared whole, so a block over
+// part of a merged page (a smaller block carved where a larger one was freed, or over a run mapped ahead) could
+// not be exported, and every block of whole granules in a large arena must be (block_export.cpp).
+bool PageBacker::merges_pages() const { return granule_pages() && !mapper_.capabilities().shareable_chunks; }
 
 // Merges the pages of a run of the block's own slots (`inner`: no other block touches them) that are
 // consecutive granules of one chunk at consecutive slots into one page, mapped with one call — at least

@@ -41,10 +41,10 @@ struct Side {
   std::unique_ptr<TesseraAllocator> allocator;
 };
 
-Side make_side(bool shareable = true) {
+Side make_side(bool shareable = true, Bytes capacity = 64 * MiB) {
   Side side;
   auto faults = std::make_unique<FaultInjectingDriver>(
-      must(make_host_driver({.capacity = 64 * MiB, .granularity = granule, .shareable_chunks = shareable})));
+      must(make_host_driver({.capacity = capacity, .granularity = granule, .shareable_chunks = shareable})));
   side.faults = faults.get();
   side.driver = std::make_unique<CountingDriver>(std::move(faults));
   side.allocator = must(make_tessera_allocator(*side.driver));
@@ -185,6 +185,33 @@ TEST_F(BlockExport, RefusalsNameWhatIsWrongAndChangeNothing) {
   ASSERT_FALSE(empty.ok());
   EXPECT_EQ(empty.error().code, Errc::invalid_argument);
   EXPECT_EQ(importer_.driver->census(), DriverCensus{});
+}
+
+// Far from the limit pages can be merged: a block's own run of granules into one mapping, the granules mapped
+// ahead below a block into runs. A page is shared whole, so where chunks can be shared no page is merged:
+// every allocation of whole granules in a large arena stays exportable — blocks carved inside a freed larger
+// block, and one carved over what was mapped ahead (an exporter of 4 GiB: the 80 MiB held are under 1/32 of it).
+TEST_F(BlockExport, FarFromTheLimitEveryBlockOfWholeGranulesIsExported) {
+  Side far = make_side(/*shareable=*/true, 4 * GiB);
+  const Address large = must(far.allocator->allocate(20 * granule, default_stream));
+  must(far.allocator->deallocate(large));
+  const Address inside = must(far.allocator->allocate(12 * granule, default_stream));
+  ASSERT_EQ(inside, large + 8 * granule) << "carved at the top of the freed block";
+  const Address below = must(far.allocator->allocate(8 * granule, default_stream));
+  ASSERT_EQ(below, large) << "the rest of the freed block";
+  const Address next = must(far.allocator->allocate(2 * granule, default_stream));
+  ASSERT_EQ(next, large - 2 * granule) << "carved just below, where granules were mapped ahead";
+  for (const Address block : {inside, below, next}) {
+    SCOPED_TRACE(fmt::format("{:#x} (the freed block at {:#x})", block, large));
+    auto exported = far.allocator->export_block(block);
+    ASSERT_TRUE(exported.ok()) << exported.error().message;
+    close_all(*exported);
+  }
+  for (const Address block : {inside, below, next}) must(far.allocator->deallocate(block));
+  EXPECT_EQ(far.allocator->check(), std::nullopt);
+  must(far.allocator->empty_cache());
+  far.allocator.reset();
+  EXPECT_EQ(far.driver->census(), DriverCensus{}) << "left behind";
 }
 
 // A handle stays good while its exporter lives, its block freed or not (the descriptors hold the memory, with
